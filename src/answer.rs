@@ -1,0 +1,341 @@
+//! The `/api/user` answer: strict parsing of its body into a [`User`], and of its
+//! `Cache-Control` into a [`Freshness`].
+//!
+//! The body must be one JSON object with `id` a JSON integer that fits `i64` and `name` a JSON
+//! string; extra fields are kept, duplicate keys, trailing bytes and invalid UTF-8 are refused.
+//! Error texts say what was wrong without quoting the body, which a broken API might fill with
+//! anything (the token included). Reading the body under a size cap is `upstream`'s job.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde_json::{Map, Value};
+
+use crate::user::User;
+
+/// Parses an answer body strictly.
+///
+/// # Errors
+///
+/// A message naming what was wrong, e.g. `field "id" is a string, expected an integer`, or the
+/// JSON syntax error with its line and column. It never quotes the body.
+///
+/// # Example
+///
+/// ```
+/// use token_resolver::answer::parse_user;
+///
+/// let user = parse_user(br#"{"id": 42, "name": "alice", "level": 7}"#).unwrap();
+/// assert_eq!((user.id, user.name.as_str()), (42, "alice"));
+/// assert_eq!(user.extra["level"], 7);
+/// assert!(parse_user(br#"{"id": "42", "name": "alice"}"#).is_err());
+/// ```
+pub fn parse_user(body: &[u8]) -> Result<User, String> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let user = de.deserialize_any(UserVisitor).map_err(describe)?;
+    de.end().map_err(describe)?;
+    Ok(user)
+}
+
+fn describe(e: serde_json::Error) -> String {
+    if e.is_eof() && e.line() == 1 && e.column() == 0 {
+        return "the body is empty".to_owned();
+    }
+    // serde_json's own messages carry a position, never the input, since the visitor below
+    // reports every type mismatch itself.
+    format!("the body is not a valid answer: {e}")
+}
+
+/// Builds a [`User`] from a JSON object, refusing duplicate keys and wrong types.
+struct UserVisitor;
+
+impl<'de> Visitor<'de> for UserVisitor {
+    type Value = User;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object with integer \"id\" and string \"name\"")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<User, A::Error> {
+        let mut id = None;
+        let mut name = None;
+        let mut extra = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value: Value = map.next_value()?;
+            match key.as_str() {
+                "id" if id.is_some() => return Err(de::Error::custom("duplicate key \"id\"")),
+                "name" if name.is_some() => {
+                    return Err(de::Error::custom("duplicate key \"name\""))
+                }
+                "id" => id = Some(integer_id(&value).map_err(de::Error::custom)?),
+                "name" => match value {
+                    Value::String(s) => name = Some(s),
+                    other => {
+                        let kind = kind_of(&other);
+                        return Err(de::Error::custom(format!(
+                            "field \"name\" is {kind}, expected a string"
+                        )));
+                    }
+                },
+                _ => {
+                    if extra.insert(key, value).is_some() {
+                        return Err(de::Error::custom("duplicate key among the extra fields"));
+                    }
+                }
+            }
+        }
+        let id = id.ok_or_else(|| de::Error::custom("field \"id\" is missing"))?;
+        let name = name.ok_or_else(|| de::Error::custom("field \"name\" is missing"))?;
+        Ok(User { id, name, extra })
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<User, A::Error> {
+        Err(de::Error::custom(
+            "the body is a JSON array, expected an object",
+        ))
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<User, E> {
+        Err(E::custom("the body is a JSON string, expected an object"))
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<User, E> {
+        Err(E::custom("the body is a JSON number, expected an object"))
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<User, E> {
+        Err(E::custom("the body is a JSON number, expected an object"))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<User, E> {
+        Err(E::custom("the body is a JSON number, expected an object"))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<User, E> {
+        Err(E::custom("the body is a JSON boolean, expected an object"))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<User, E> {
+        Err(E::custom("the body is JSON null, expected an object"))
+    }
+}
+
+fn integer_id(value: &Value) -> Result<i64, String> {
+    match value {
+        Value::Number(n) => n.as_i64().ok_or_else(|| {
+            if n.is_u64() {
+                "field \"id\" does not fit in a 64-bit signed integer".to_owned()
+            } else {
+                "field \"id\" is not an integer (it has a fraction or an exponent)".to_owned()
+            }
+        }),
+        other => Err(format!(
+            "field \"id\" is {}, expected an integer",
+            kind_of(other)
+        )),
+    }
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// How long an answer may be cached, by its `Cache-Control`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// `no-store` or `no-cache`: do not cache (concurrent waiters still share the answer).
+    NoStore,
+    /// `max-age=N`: cache for at most this long (the smallest when several are given; an
+    /// unparsable one counts as zero).
+    MaxAge(Duration),
+    /// No directive about freshness: the resolver's `cache_ttl` applies.
+    Unspecified,
+}
+
+impl Freshness {
+    /// How long to cache an answer with this freshness when the resolver allows `cache_ttl`.
+    pub fn ttl(self, cache_ttl: Duration) -> Duration {
+        match self {
+            Freshness::NoStore => Duration::ZERO,
+            Freshness::MaxAge(max_age) => max_age.min(cache_ttl),
+            Freshness::Unspecified => cache_ttl,
+        }
+    }
+}
+
+/// Reads the freshness out of a `Cache-Control` value (several header lines joined by `,`).
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use token_resolver::answer::{parse_cache_control, Freshness};
+///
+/// assert_eq!(parse_cache_control(Some("private, max-age=30")), Freshness::MaxAge(Duration::from_secs(30)));
+/// assert_eq!(parse_cache_control(Some("No-Store")), Freshness::NoStore);
+/// assert_eq!(parse_cache_control(None), Freshness::Unspecified);
+/// ```
+pub fn parse_cache_control(value: Option<&str>) -> Freshness {
+    let mut freshness = Freshness::Unspecified;
+    for directive in value.unwrap_or_default().split(',') {
+        let (name, arg) = match directive.split_once('=') {
+            Some((name, arg)) => (name.trim(), Some(arg.trim().trim_matches('"'))),
+            None => (directive.trim(), None),
+        };
+        if name.eq_ignore_ascii_case("no-store") || name.eq_ignore_ascii_case("no-cache") {
+            return Freshness::NoStore;
+        }
+        if name.eq_ignore_ascii_case("max-age") {
+            let secs = arg.and_then(parse_delta_seconds).unwrap_or(0);
+            let age = Duration::from_secs(secs);
+            freshness = match freshness {
+                Freshness::MaxAge(prev) => Freshness::MaxAge(prev.min(age)),
+                _ => Freshness::MaxAge(age),
+            };
+        }
+    }
+    freshness
+}
+
+/// RFC 9111 delta-seconds: digits only; too large a value saturates.
+fn parse_delta_seconds(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(s.parse().unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(body: &str) -> String {
+        parse_user(body.as_bytes()).expect_err(body)
+    }
+
+    #[test]
+    fn accepts_id_and_name_and_keeps_extra_fields() {
+        let user = parse_user(br#" {"name":"bob","id":-7,"roles":["gm"]} "#).unwrap();
+        assert_eq!(user.id, -7);
+        assert_eq!(user.name, "bob");
+        assert_eq!(user.extra["roles"][0], "gm");
+    }
+
+    #[test]
+    fn accepts_the_extremes_of_i64() {
+        let max = format!(r#"{{"id":{},"name":""}}"#, i64::MAX);
+        assert_eq!(parse_user(max.as_bytes()).unwrap().id, i64::MAX);
+        let min = format!(r#"{{"id":{},"name":""}}"#, i64::MIN);
+        assert_eq!(parse_user(min.as_bytes()).unwrap().id, i64::MIN);
+    }
+
+    #[test]
+    fn refuses_id_of_the_wrong_type_naming_it() {
+        assert!(err(r#"{"id":"42","name":"a"}"#).contains("\"id\" is a string"));
+        assert!(err(r#"{"id":42.5,"name":"a"}"#).contains("not an integer"));
+        assert!(err(r#"{"id":42.0,"name":"a"}"#).contains("not an integer"));
+        assert!(err(r#"{"id":1e3,"name":"a"}"#).contains("not an integer"));
+        assert!(err(r#"{"id":null,"name":"a"}"#).contains("\"id\" is null"));
+        assert!(err(r#"{"id":true,"name":"a"}"#).contains("\"id\" is a boolean"));
+        assert!(err(r#"{"id":9223372036854775808,"name":"a"}"#).contains("does not fit"));
+    }
+
+    #[test]
+    fn refuses_name_of_the_wrong_type_naming_it() {
+        assert!(err(r#"{"id":1,"name":5}"#).contains("\"name\" is a number"));
+        assert!(err(r#"{"id":1,"name":null}"#).contains("\"name\" is null"));
+    }
+
+    #[test]
+    fn refuses_missing_fields() {
+        assert!(err(r#"{"name":"a"}"#).contains("\"id\" is missing"));
+        assert!(err(r#"{"id":1}"#).contains("\"name\" is missing"));
+    }
+
+    #[test]
+    fn refuses_duplicate_keys() {
+        assert!(err(r#"{"id":1,"id":2,"name":"a"}"#).contains("duplicate key \"id\""));
+        assert!(err(r#"{"id":1,"name":"a","name":"b"}"#).contains("duplicate key \"name\""));
+        assert!(err(r#"{"id":1,"name":"a","x":1,"x":2}"#).contains("duplicate key"));
+    }
+
+    #[test]
+    fn refuses_non_objects_trailing_bytes_and_bad_utf8() {
+        assert!(err(r#"[{"id":1,"name":"a"}]"#).contains("array"));
+        assert!(err("\"eve\"").contains("string"));
+        assert!(err("null").contains("null"));
+        assert!(err("").contains("empty"));
+        assert!(err(r#"{"id":1,"name":"a"} x"#).contains("trailing"));
+        assert!(err(r#"{"id":1,"name":"a"}{}"#).contains("trailing"));
+        assert!(parse_user(b"{\"id\":1,\"name\":\"\xff\"}").is_err());
+    }
+
+    #[test]
+    fn refuses_deep_nesting_without_overflowing_the_stack() {
+        let deep = format!(
+            r#"{{"id":1,"name":"a","x":{}{}}}"#,
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        assert!(err(&deep).contains("recursion limit"));
+    }
+
+    #[test]
+    fn messages_never_quote_the_body() {
+        for body in [
+            r#""SECRET""#,
+            r#"{"id":"SECRET","name":"a"}"#,
+            r#"{"id":1,"name":"a","SECRET":1,"SECRET":2}"#,
+            r#"{"id":1,"name":["SECRET"]}"#,
+        ] {
+            assert!(!err(body).contains("SECRET"), "{body}: {}", err(body));
+        }
+    }
+
+    #[test]
+    fn cache_control_directives() {
+        let secs = |s| Freshness::MaxAge(Duration::from_secs(s));
+        assert_eq!(parse_cache_control(Some("max-age=60")), secs(60));
+        assert_eq!(parse_cache_control(Some("MAX-AGE=\"5\"")), secs(5));
+        assert_eq!(
+            parse_cache_control(Some("max-age=60, max-age=10")),
+            secs(10)
+        );
+        assert_eq!(parse_cache_control(Some("max-age=abc")), secs(0));
+        assert_eq!(parse_cache_control(Some("max-age=-1")), secs(0));
+        assert_eq!(
+            parse_cache_control(Some("max-age=99999999999999999999999")),
+            secs(u64::MAX)
+        );
+        assert_eq!(
+            parse_cache_control(Some("private, no-cache")),
+            Freshness::NoStore
+        );
+        assert_eq!(
+            parse_cache_control(Some("max-age=60, no-store")),
+            Freshness::NoStore
+        );
+        assert_eq!(parse_cache_control(Some("private")), Freshness::Unspecified);
+        assert_eq!(parse_cache_control(Some("")), Freshness::Unspecified);
+    }
+
+    #[test]
+    fn ttl_is_the_smaller_of_max_age_and_cache_ttl() {
+        let cap = Duration::from_secs(60);
+        assert_eq!(
+            Freshness::MaxAge(Duration::from_secs(10)).ttl(cap),
+            Duration::from_secs(10)
+        );
+        assert_eq!(Freshness::MaxAge(Duration::from_secs(600)).ttl(cap), cap);
+        assert_eq!(Freshness::Unspecified.ttl(cap), cap);
+        assert_eq!(Freshness::NoStore.ttl(cap), Duration::ZERO);
+    }
+}

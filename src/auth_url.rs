@@ -1,0 +1,346 @@
+//! The authUrl: parsing it into an [`Endpoint`] (where `/api/user` lives) and the [`AllowList`]
+//! that decides which endpoints the resolver may call.
+//!
+//! A join carries a client-supplied authUrl. A server that calls whatever URL a client names can
+//! be made to call internal addresses, or an attacker's server that vouches for anyone, so every
+//! authUrl passes [`AllowList::check`] before any traffic. This module owns those rules; it makes
+//! no network calls.
+//!
+//! Rules: the scheme is `https`, or `http` for loopback hosts (`localhost`, `127.0.0.0/8`,
+//! `[::1]`) unless insecure http is allowed; no userinfo, query or fragment; scheme and host
+//! compare case-insensitively and default ports are elided; the endpoint is the path with
+//! trailing slashes trimmed plus `/api/user`, unless the path already ends in `/api/user`; an
+//! allowed URL covers candidates on the same origin whose path lies under its path at a segment
+//! boundary.
+
+use std::fmt;
+use std::sync::Arc;
+
+use url::{Host, Url};
+
+use crate::error::ResolveError;
+
+/// The path of the user information acquisition API under an authUrl.
+const USER_PATH: &str = "/api/user";
+
+/// The longest authUrl looked at; a longer one is refused unparsed.
+pub const MAX_AUTH_URL_BYTES: usize = 2048;
+
+/// A parsed, normalised authUrl: the `/api/user` URL to call, and what the allowlist compares.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The full URL to POST to, e.g. `https://a.example/game/api/user`.
+    url: Url,
+    /// `scheme://host[:port]`, lower-case, default port elided: compared for equality.
+    origin: String,
+    /// The path the authUrl names, without trailing slashes and without `/api/user`: `""` or
+    /// `"/game"`. Compared at segment boundaries.
+    base_path: String,
+}
+
+impl Endpoint {
+    /// Parses and normalises an authUrl.
+    ///
+    /// # Errors
+    ///
+    /// A short reason (never the URL itself, which a client may have filled with anything) when
+    /// the URL is unparsable, not `http`/`https`, has userinfo, a query or a fragment, or is
+    /// `http` to a non-loopback host while `allow_insecure_http` is `false`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use token_resolver::Endpoint;
+    ///
+    /// let e = Endpoint::parse("HTTPS://Auth.Example.com:443/game/", false).unwrap();
+    /// assert_eq!(e.as_str(), "https://auth.example.com/game/api/user");
+    /// assert!(Endpoint::parse("http://auth.example.com", false).is_err());
+    /// assert!(Endpoint::parse("http://127.0.0.1:8080", false).is_ok());
+    /// ```
+    pub fn parse(auth_url: &str, allow_insecure_http: bool) -> Result<Endpoint, String> {
+        if auth_url.len() > MAX_AUTH_URL_BYTES {
+            return Err(format!("longer than {MAX_AUTH_URL_BYTES} bytes"));
+        }
+        let mut url = Url::parse(auth_url).map_err(|e| format!("not a URL ({e})"))?;
+        match url.scheme() {
+            "https" => {}
+            "http" if allow_insecure_http || is_loopback(&url) => {}
+            "http" => {
+                return Err(format!(
+                    "http:// to the non-loopback host {} would expose tokens; use https",
+                    host_of(&url)
+                ))
+            }
+            other => return Err(format!("scheme {other:?} is not http or https")),
+        }
+        if url.host().is_none() {
+            return Err("no host".to_owned());
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("it carries userinfo (user:password@)".to_owned());
+        }
+        if url.query().is_some() {
+            return Err("it carries a query (?...)".to_owned());
+        }
+        if url.fragment().is_some() {
+            return Err("it carries a fragment (#...)".to_owned());
+        }
+        let path = url.path().trim_end_matches('/');
+        let (base_path, endpoint_path) = match path.strip_suffix(USER_PATH) {
+            Some(base) => (base.to_owned(), path.to_owned()),
+            None => (path.to_owned(), format!("{path}{USER_PATH}")),
+        };
+        url.set_path(&endpoint_path);
+        Ok(Endpoint {
+            origin: url.origin().ascii_serialization(),
+            base_path,
+            url,
+        })
+    }
+
+    /// The URL to POST to.
+    pub fn url(&self) -> &Url {
+        &self.url
+    }
+
+    /// The URL to POST to, as a string: the normalised form two authUrls share when they name
+    /// the same endpoint.
+    pub fn as_str(&self) -> &str {
+        self.url.as_str()
+    }
+
+    /// The host, for log lines and error messages.
+    pub fn host(&self) -> &str {
+        self.url.host_str().unwrap_or_default()
+    }
+
+    /// Whether `self`, as an allowed URL, covers `candidate`: same origin, and the candidate's
+    /// path is this one's or lies under it at a segment boundary.
+    pub fn covers(&self, candidate: &Endpoint) -> bool {
+        self.origin == candidate.origin
+            && candidate
+                .base_path
+                .strip_prefix(&self.base_path)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    }
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Endpoint").field(&self.as_str()).finish()
+    }
+}
+
+fn is_loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(Host::Domain(d)) => d == "localhost",
+        Some(Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
+fn host_of(url: &Url) -> &str {
+    url.host_str().unwrap_or("(none)")
+}
+
+/// The endpoints a resolver may call: the default authUrl plus every `allow_auth_url`.
+///
+/// Each configured URL is remembered as written too, so the common case (a room's authUrl is
+/// one of them, byte for byte) costs a string comparison, not a parse.
+#[derive(Debug, Clone)]
+pub struct AllowList {
+    /// The configured URLs as written, each with its parsed endpoint.
+    entries: Vec<(Box<str>, Arc<Endpoint>)>,
+    /// Whether `http://` to non-loopback hosts passes.
+    allow_insecure_http: bool,
+}
+
+impl AllowList {
+    /// An allowlist over already-validated endpoints.
+    pub(crate) fn new(entries: Vec<(Box<str>, Arc<Endpoint>)>, allow_insecure_http: bool) -> Self {
+        AllowList {
+            entries,
+            allow_insecure_http,
+        }
+    }
+
+    /// Parses `auth_url` and checks that an allowed URL covers it.
+    ///
+    /// # Errors
+    ///
+    /// [`ResolveError::AuthUrlNotAllowed`] when it is unparsable, insecure, or covered by no
+    /// allowed URL.
+    pub fn check(&self, auth_url: &str) -> Result<Arc<Endpoint>, ResolveError> {
+        if let Some((_, endpoint)) = self.entries.iter().find(|(raw, _)| **raw == *auth_url) {
+            return Ok(endpoint.clone());
+        }
+        let not_allowed = |reason: String| ResolveError::AuthUrlNotAllowed { reason };
+        let candidate = Endpoint::parse(auth_url, self.allow_insecure_http).map_err(not_allowed)?;
+        if let Some((_, endpoint)) = self.entries.iter().find(|(_, e)| **e == candidate) {
+            return Ok(endpoint.clone());
+        }
+        if self.entries.iter().any(|(_, e)| e.covers(&candidate)) {
+            return Ok(Arc::new(candidate));
+        }
+        Err(not_allowed(format!(
+            "no allowed authUrl covers this URL on host {}",
+            candidate.host()
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint(s: &str) -> Endpoint {
+        Endpoint::parse(s, false).unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    fn allow(urls: &[&str]) -> AllowList {
+        let entries = urls
+            .iter()
+            .map(|u| (Box::from(*u), Arc::new(endpoint(u))))
+            .collect();
+        AllowList::new(entries, false)
+    }
+
+    #[test]
+    fn endpoint_appends_api_user_to_trimmed_base() {
+        assert_eq!(
+            endpoint("https://a.example").as_str(),
+            "https://a.example/api/user"
+        );
+        assert_eq!(
+            endpoint("https://a.example/game/").as_str(),
+            "https://a.example/game/api/user"
+        );
+        assert_eq!(
+            endpoint("https://a.example/game//").as_str(),
+            "https://a.example/game/api/user"
+        );
+    }
+
+    #[test]
+    fn endpoint_keeps_a_path_already_ending_in_api_user() {
+        assert_eq!(
+            endpoint("https://a.example/x/api/user").as_str(),
+            "https://a.example/x/api/user"
+        );
+        assert_eq!(
+            endpoint("https://a.example/api/user/").as_str(),
+            "https://a.example/api/user"
+        );
+    }
+
+    #[test]
+    fn scheme_host_and_default_port_normalise() {
+        assert_eq!(
+            endpoint("HTTPS://A.EXAMPLE:443/g"),
+            endpoint("https://a.example/g")
+        );
+        assert_ne!(
+            endpoint("https://a.example:8443/g"),
+            endpoint("https://a.example/g")
+        );
+    }
+
+    #[test]
+    fn http_only_to_loopback_unless_insecure_is_allowed() {
+        for ok in [
+            "http://localhost:1",
+            "http://127.0.0.1",
+            "http://127.9.9.9",
+            "http://[::1]:8080",
+        ] {
+            assert!(Endpoint::parse(ok, false).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://example.com",
+            "http://10.0.0.1",
+            "http://localhost.evil.com",
+            "http://[::2]",
+        ] {
+            assert!(Endpoint::parse(bad, false).is_err(), "{bad}");
+            assert!(Endpoint::parse(bad, true).is_ok(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn refuses_userinfo_query_fragment_and_other_schemes() {
+        for bad in [
+            "https://u:p@a.example",
+            "https://u@a.example",
+            "https://a.example/?",
+            "https://a.example/?x=1",
+            "https://a.example/#",
+            "ftp://a.example",
+            "file:///etc/passwd",
+            "a.example",
+            "",
+        ] {
+            assert!(Endpoint::parse(bad, true).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn refuses_an_overlong_url_without_parsing() {
+        let long = format!("https://a.example/{}", "a".repeat(MAX_AUTH_URL_BYTES));
+        assert!(Endpoint::parse(&long, false)
+            .unwrap_err()
+            .contains("longer"));
+    }
+
+    #[test]
+    fn allowlist_matches_paths_at_segment_boundaries_only() {
+        let list = allow(&["https://a.example/game"]);
+        assert!(list.check("https://a.example/game").is_ok());
+        assert!(list.check("https://a.example/game/").is_ok());
+        assert!(list.check("https://a.example/game/x").is_ok());
+        assert!(list.check("https://A.example:443/game/x/api/user").is_ok());
+        for bad in [
+            "https://a.example/gamex",
+            "https://a.example/",
+            "https://a.example/gam",
+            "https://a.example/game/../admin",
+            "https://a.example/game/%2e%2e/admin",
+            "https://a.example:444/game",
+            "https://b.example/game",
+            "http://a.example/game",
+            "https://a.example.evil.com/game",
+        ] {
+            let err = list.check(bad).unwrap_err();
+            assert_eq!(err.code(), crate::ErrorCode::AuthUrlNotAllowed, "{bad}");
+        }
+    }
+
+    #[test]
+    fn root_allowed_url_covers_its_whole_origin() {
+        let list = allow(&["https://a.example"]);
+        assert!(list.check("https://a.example/anything/below").is_ok());
+        assert!(list.check("https://b.example/").is_err());
+    }
+
+    #[test]
+    fn exact_configured_string_skips_parsing_and_shares_the_endpoint() {
+        let list = allow(&["https://a.example/game"]);
+        let a = list.check("https://a.example/game").unwrap();
+        let b = list.check("https://a.example/game").unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        let c = list.check("HTTPS://a.example/game/").unwrap();
+        assert!(
+            Arc::ptr_eq(&a, &c),
+            "a normalised equal URL shares the configured endpoint"
+        );
+    }
+
+    #[test]
+    fn refusal_reason_never_echoes_the_path() {
+        let list = allow(&["https://a.example/game"]);
+        let err = list
+            .check("https://a.example/secret-looking-path")
+            .unwrap_err();
+        assert!(!err.to_string().contains("secret-looking-path"), "{err}");
+    }
+}

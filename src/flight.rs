@@ -1,0 +1,192 @@
+//! Coalescing: concurrent resolutions of one key share one upstream call, and all get its result.
+//!
+//! A [`Flights`] map holds one entry per key whose call is under way. The first caller runs the
+//! call; the rest wait on the same cell. A caller that is cancelled while waiting does not
+//! cancel the others: if the one running the call goes away, the next waiter runs it. The entry
+//! leaves the map when the result is known or when its last caller is gone. What is cached
+//! afterwards is the resolver's business, not this module's.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::OnceCell;
+
+use crate::cache::{CacheKey, KeyRef, KeyView};
+
+/// One upstream call under way, and its result once known.
+type Flight<T> = Arc<OnceCell<T>>;
+
+/// The upstream calls under way, by key.
+pub(crate) struct Flights<T> {
+    map: Mutex<HashMap<CacheKey, Flight<T>>>,
+}
+
+impl<T: Clone> Flights<T> {
+    pub(crate) fn new() -> Self {
+        Flights {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<CacheKey, Flight<T>>> {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `call` once for every concurrent caller of `key` and gives each its result, plus
+    /// `true` to the caller whose `call` ran (`false` to those who waited on it).
+    pub(crate) async fn run<Fut>(
+        &self,
+        key: &KeyRef<'_>,
+        owned_key: impl FnOnce() -> CacheKey,
+        call: impl FnOnce() -> Fut,
+    ) -> (T, bool)
+    where
+        Fut: Future<Output = T>,
+    {
+        let flight = {
+            let mut map = self.lock();
+            match map.get(key as &dyn KeyView) {
+                Some(flight) => flight.clone(),
+                None => map.entry(owned_key()).or_default().clone(),
+            }
+        };
+        let seat = Seat {
+            flights: self,
+            key,
+            flight,
+        };
+        let mut ran = false;
+        let result = seat
+            .flight
+            .get_or_init(|| {
+                ran = true;
+                call()
+            })
+            .await
+            .clone();
+        (result, ran)
+    }
+
+    /// How many keys have a call under way.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// One caller's place on a flight; leaving it removes the flight once it is done or empty.
+struct Seat<'a, 'k, T> {
+    flights: &'a Flights<T>,
+    key: &'a KeyRef<'k>,
+    flight: Flight<T>,
+}
+
+impl<T> Drop for Seat<'_, '_, T> {
+    fn drop(&mut self) {
+        let mut map = self
+            .flights
+            .map
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let key = self.key as &dyn KeyView;
+        let ours = map.get(key).is_some_and(|f| Arc::ptr_eq(f, &self.flight));
+        // The map holds one reference and each seated caller one; 2 means we are the last.
+        if ours && (self.flight.initialized() || Arc::strong_count(&self.flight) == 2) {
+            map.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::auth_url::Endpoint;
+
+    const EP: &str = "https://a.example/api/user";
+
+    fn owned(token: &str) -> CacheKey {
+        CacheKey::new(Arc::new(Endpoint::parse(EP, false).unwrap()), token)
+    }
+
+    #[tokio::test]
+    async fn concurrent_callers_share_one_call_and_the_flight_is_removed() {
+        let flights = Arc::new(Flights::<u32>::new());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..50)
+            .map(|_| {
+                let (flights, calls) = (flights.clone(), calls.clone());
+                tokio::spawn(async move {
+                    let key = KeyRef {
+                        endpoint: EP,
+                        token: "t",
+                    };
+                    flights
+                        .run(
+                            &key,
+                            || owned("t"),
+                            || async {
+                                calls.fetch_add(1, Ordering::SeqCst);
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                                7
+                            },
+                        )
+                        .await
+                })
+            })
+            .collect();
+        let mut ran = 0;
+        for task in tasks {
+            let (value, led) = task.await.unwrap();
+            assert_eq!(value, 7);
+            ran += usize::from(led);
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(ran, 1);
+        assert_eq!(flights.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_leader_hands_the_call_to_a_waiter() {
+        let flights = Arc::new(Flights::<u32>::new());
+        let f = flights.clone();
+        let leader = tokio::spawn(async move {
+            let key = KeyRef {
+                endpoint: EP,
+                token: "t",
+            };
+            f.run(&key, || owned("t"), std::future::pending::<u32>)
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let f = flights.clone();
+        let waiter = tokio::spawn(async move {
+            let key = KeyRef {
+                endpoint: EP,
+                token: "t",
+            };
+            f.run(&key, || owned("t"), || async { 9 }).await
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        leader.abort();
+        assert_eq!(waiter.await.unwrap(), (9, true));
+        assert_eq!(flights.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_flight_abandoned_by_all_callers_leaves_the_map() {
+        let flights = Flights::<u32>::new();
+        let key = KeyRef {
+            endpoint: EP,
+            token: "t",
+        };
+        let run = flights.run(&key, || owned("t"), std::future::pending::<u32>);
+        assert!(tokio::time::timeout(Duration::from_millis(10), run)
+            .await
+            .is_err());
+        assert_eq!(flights.len(), 0);
+    }
+}

@@ -1,0 +1,74 @@
+//! Resolve a player's access token to a verified user, the game-server side of token
+//! authentication.
+//!
+//! A client logs in to the integrator's web API, takes an access token from it, and hands that
+//! token to the game server on connect and on room join. The game server turns it into a user by
+//! calling the integrator's **user information acquisition API**:
+//!
+//! ```text
+//! POST {authUrl}/api/user
+//! Authorization: Bearer <ACCESS_TOKEN>
+//! -> 200 {"id": <number>, "name": <string>}
+//! ```
+//!
+//! [`Resolver`] does that call for you: it refuses authUrls that are not allowed and malformed
+//! tokens before any traffic, caches answers, makes one upstream call for many concurrent
+//! look-ups of one token, bounds the calls in flight, validates the answer strictly and fails
+//! closed with a stable [`ErrorCode`]. The game server never sees a password.
+//!
+//! # Layout
+//!
+//! - [`resolver`]: [`Resolver`] and [`ResolverBuilder`], the entry points; connect and join
+//!   requests ([`ConnectRequest`], [`JoinRequest`]) and what they resolve to ([`Identity`]).
+//! - [`auth_url`]: parsing and normalising an authUrl into an endpoint, and the allowlist.
+//! - [`token`]: the access token's syntax rule and its redacted [`AccessToken`] type.
+//! - [`answer`]: strict parsing of the `/api/user` answer and of its `Cache-Control`.
+//! - [`user`]: [`User`], what a resolution yields.
+//! - `cache` (private): the cache keys, entries and per-entry expiry on top of moka.
+//! - `upstream` (private): the HTTP call with its deadline, retries and body cap.
+//! - [`error`]: [`ResolveError`], [`ErrorCode`] and [`ConfigError`].
+//! - [`telemetry`]: the metric names this crate records.
+//! - `reference_api` (feature `reference-api`): a reference integrator web API.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use token_resolver::{ErrorCode, Identity, JoinRequest, Resolver};
+//!
+//! # async fn on_join(room_id: String, room_auth_url: String, token: Option<String>) {
+//! let resolver = Resolver::builder()
+//!     .default_auth_url("https://auth.example.com")
+//!     .allow_auth_url("https://rooms.example.com/game")
+//!     .build()
+//!     .expect("valid configuration");
+//!
+//! let req = JoinRequest { room_id, auth_url: room_auth_url, access_token: token, ..Default::default() };
+//! match resolver.resolve_join(&req).await {
+//!     Ok(Identity::Authenticated(user)) => println!("{} joined as {}", user.id, user.name),
+//!     Ok(Identity::Anonymous) => println!("auth is switched off"),
+//!     Err(e) if e.code() == ErrorCode::TokenRejected => println!("log in again"),
+//!     Err(e) => println!("join refused: {} ({})", e.code().as_str(), e),
+//! }
+//! # }
+//! ```
+#![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![forbid(unsafe_code)]
+
+pub mod answer;
+pub mod auth_url;
+mod cache;
+pub mod error;
+mod flight;
+#[cfg(feature = "reference-api")]
+pub mod reference_api;
+pub mod resolver;
+pub mod telemetry;
+pub mod token;
+mod upstream;
+pub mod user;
+
+pub use auth_url::{AllowList, Endpoint};
+pub use error::{ConfigError, ErrorCode, ResolveError};
+pub use resolver::{ConnectRequest, JoinRequest, Resolver, ResolverBuilder, Stats};
+pub use token::AccessToken;
+pub use user::{Identity, User};

@@ -1,0 +1,20 @@
+//! The metric names this crate records through the `metrics` facade, and their labels.
+//!
+//! The embedding server installs a recorder (Prometheus, StatsD, ...); without one, recording
+//! costs next to nothing. No label ever carries a token or a user name.
+
+/// Counter, label `outcome`: `hit`, `miss` (answered by an upstream call this resolution made),
+/// `coalesced` (answered by another resolution's call), or the error code of a failure.
+pub const RESOLUTIONS_TOTAL: &str = "token_resolver_resolutions_total";
+
+/// Counter, label `status`: the HTTP status of each upstream request, or `error` when none came.
+pub const UPSTREAM_REQUESTS_TOTAL: &str = "token_resolver_upstream_requests_total";
+
+/// Histogram: seconds from sending an upstream request to having its whole answer.
+pub const UPSTREAM_DURATION_SECONDS: &str = "token_resolver_upstream_duration_seconds";
+
+/// Gauge: upstream requests in flight now.
+pub const UPSTREAM_IN_FLIGHT: &str = "token_resolver_upstream_in_flight";
+
+/// Gauge: entries in the cache (users and rejections), updated as the cache changes.
+pub const CACHE_ENTRIES: &str = "token_resolver_cache_entries";

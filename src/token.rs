@@ -1,0 +1,135 @@
+//! The access token: its syntax rule (RFC 6750 `b64token`, at most [`MAX_TOKEN_BYTES`]) and
+//! [`AccessToken`], a holder whose `Debug` never shows it.
+//!
+//! This module only judges the token's shape; whether the auth API accepts it is the
+//! resolver's business.
+
+use std::fmt;
+
+use crate::error::ResolveError;
+
+/// The longest token accepted, in bytes. Longer ones are `token_malformed` with no call.
+pub const MAX_TOKEN_BYTES: usize = 4096;
+
+/// `true` for the bytes of a `b64token` body: `A-Z a-z 0-9 - . _ ~ + /`.
+const fn is_token_byte(b: u8) -> bool {
+    matches!(b, b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'+' | b'/')
+}
+
+/// Checks that `token` is an RFC 6750 `b64token` (one or more of `A-Z a-z 0-9 - . _ ~ + /`,
+/// then any number of `=`) of at most [`MAX_TOKEN_BYTES`] bytes.
+///
+/// # Errors
+///
+/// [`ResolveError::TokenMissing`] for an empty token, [`ResolveError::TokenMalformed`] for any
+/// other violation. The error says which rule failed, never what the token was.
+///
+/// # Example
+///
+/// ```
+/// use token_resolver::token::check_syntax;
+/// use token_resolver::ErrorCode;
+///
+/// assert!(check_syntax("mF_9.B5f-4.1JqM").is_ok());
+/// assert_eq!(check_syntax("a b").unwrap_err().code(), ErrorCode::TokenMalformed);
+/// assert_eq!(check_syntax("").unwrap_err().code(), ErrorCode::TokenMissing);
+/// ```
+pub fn check_syntax(token: &str) -> Result<(), ResolveError> {
+    let bytes = token.as_bytes();
+    if bytes.is_empty() {
+        return Err(ResolveError::TokenMissing);
+    }
+    if bytes.len() > MAX_TOKEN_BYTES {
+        return Err(ResolveError::TokenMalformed {
+            reason: "longer than 4096 bytes",
+        });
+    }
+    let body_len = bytes.iter().take_while(|&&b| is_token_byte(b)).count();
+    if body_len == 0 {
+        return Err(ResolveError::TokenMalformed {
+            reason: "does not start with a b64token character (A-Z a-z 0-9 - . _ ~ + /)",
+        });
+    }
+    if !bytes[body_len..].iter().all(|&b| b == b'=') {
+        return Err(ResolveError::TokenMalformed {
+            reason: "contains a character outside A-Z a-z 0-9 - . _ ~ + / and trailing =",
+        });
+    }
+    Ok(())
+}
+
+/// An access token whose syntax was checked. Its `Debug` prints `[redacted]`; it has no
+/// `Display`, so it cannot slip into a log line by a format string.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct AccessToken(Box<str>);
+
+impl AccessToken {
+    /// Checks `token` with [`check_syntax`] and keeps it.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_syntax`].
+    pub fn new(token: impl Into<String>) -> Result<Self, ResolveError> {
+        let token = token.into();
+        check_syntax(&token)?;
+        Ok(AccessToken(token.into_boxed_str()))
+    }
+
+    /// The token itself. Handle with care: do not log it, put it in a metric or an error, or
+    /// send it anywhere but an allowed auth API.
+    pub fn secret(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for AccessToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AccessToken([redacted])")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorCode;
+
+    fn code(token: &str) -> Option<ErrorCode> {
+        check_syntax(token).err().map(|e| e.code())
+    }
+
+    #[test]
+    fn accepts_every_b64token_character_and_trailing_padding() {
+        assert_eq!(code("AZaz09-._~+/"), None);
+        assert_eq!(code("abc=="), None);
+        assert_eq!(code(&"a".repeat(MAX_TOKEN_BYTES)), None);
+    }
+
+    #[test]
+    fn empty_token_is_missing() {
+        assert_eq!(code(""), Some(ErrorCode::TokenMissing));
+    }
+
+    #[test]
+    fn refuses_padding_only_inner_padding_and_foreign_bytes() {
+        for bad in [
+            "=", "==", "a=b", "a b", "a\nb", "é", "a\0", "Bearer x", "a,b", "\"a\"",
+        ] {
+            assert_eq!(code(bad), Some(ErrorCode::TokenMalformed), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn refuses_one_byte_over_the_size_limit() {
+        assert_eq!(
+            code(&"a".repeat(MAX_TOKEN_BYTES + 1)),
+            Some(ErrorCode::TokenMalformed)
+        );
+    }
+
+    #[test]
+    fn debug_of_a_token_is_redacted() {
+        let token = AccessToken::new("s3cr3t-value").unwrap();
+        assert_eq!(format!("{token:?}"), "AccessToken([redacted])");
+        assert_eq!(token.secret(), "s3cr3t-value");
+    }
+}

@@ -1,0 +1,311 @@
+//! The upstream call: `POST {endpoint}` with the bearer token, under the resolution's deadline,
+//! with retries of transient failures, a capped body read, and the answer classified.
+//!
+//! This module knows HTTP; it does not know about caching, coalescing or the slot limit, which
+//! the resolver puts around it.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use reqwest::header::{HeaderMap, ACCEPT, CACHE_CONTROL, CONTENT_LENGTH, RETRY_AFTER};
+use reqwest::{Response, StatusCode};
+
+use crate::answer::{parse_cache_control, parse_user, Freshness};
+use crate::auth_url::Endpoint;
+use crate::error::ResolveError;
+use crate::telemetry;
+use crate::user::User;
+
+/// First backoff before a retry; it doubles each try and is fully jittered.
+const BACKOFF_BASE: Duration = Duration::from_millis(50);
+
+/// What the auth API said about a token.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    /// 200 with a valid body.
+    User { user: User, freshness: Freshness },
+    /// 401 or 403.
+    Rejected { status: u16 },
+}
+
+/// The settings of the call, fixed when the resolver is built.
+#[derive(Debug)]
+pub(crate) struct Upstream {
+    pub(crate) client: reqwest::Client,
+    pub(crate) request_timeout: Duration,
+    pub(crate) retries: u32,
+    pub(crate) max_response_bytes: usize,
+}
+
+/// How one try went wrong.
+enum TryError {
+    /// Worth another try (connect error, reset, 408/429/5xx), perhaps not before `retry_after`.
+    Transient {
+        error: ResolveError,
+        retry_after: Option<Duration>,
+    },
+    /// Final: another try would get the same.
+    Fatal(ResolveError),
+}
+
+impl Upstream {
+    /// Asks the API at `endpoint` who holds `token`, with retries, within `request_timeout`.
+    ///
+    /// `on_request` is called once per HTTP request sent; `ok` says whether it got a usable
+    /// answer (200, 401 or 403).
+    pub(crate) async fn call(
+        &self,
+        endpoint: &Endpoint,
+        token: &str,
+        on_request: &(dyn Fn(bool) + Sync),
+    ) -> Result<Reply, ResolveError> {
+        let deadline = tokio::time::Instant::now() + self.request_timeout;
+        match tokio::time::timeout_at(deadline, self.tries(endpoint, token, deadline, on_request))
+            .await
+        {
+            Ok(result) => result,
+            Err(_) => Err(ResolveError::AuthTimeout {
+                host: endpoint.host().to_owned(),
+                timeout: self.request_timeout,
+            }),
+        }
+    }
+
+    async fn tries(
+        &self,
+        endpoint: &Endpoint,
+        token: &str,
+        deadline: tokio::time::Instant,
+        on_request: &(dyn Fn(bool) + Sync),
+    ) -> Result<Reply, ResolveError> {
+        let mut attempt = 0;
+        loop {
+            match self.once(endpoint, token, on_request).await {
+                Ok(reply) => return Ok(reply),
+                Err(TryError::Fatal(error)) => return Err(error),
+                Err(TryError::Transient { error, retry_after }) => {
+                    if attempt >= self.retries {
+                        return Err(error);
+                    }
+                    let backoff = jittered_backoff(attempt);
+                    let wait = retry_after.map_or(backoff, |r| r.max(backoff));
+                    // A wait that would outlast the deadline ends the tries now, with the
+                    // error that caused them, rather than as a timeout later.
+                    if tokio::time::Instant::now() + wait >= deadline {
+                        return Err(error);
+                    }
+                    tracing::debug!(
+                        attempt,
+                        wait_ms = wait.as_millis() as u64,
+                        "retrying the auth call"
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            attempt += 1;
+        }
+    }
+
+    async fn once(
+        &self,
+        endpoint: &Endpoint,
+        token: &str,
+        on_request: &(dyn Fn(bool) + Sync),
+    ) -> Result<Reply, TryError> {
+        let started = Instant::now();
+        let in_flight = metrics::gauge!(telemetry::UPSTREAM_IN_FLIGHT);
+        in_flight.increment(1.0);
+        let result = self.exchange(endpoint, token).await;
+        in_flight.decrement(1.0);
+        metrics::histogram!(telemetry::UPSTREAM_DURATION_SECONDS).record(started.elapsed());
+        let status = match &result {
+            Ok((status, _)) => status.as_u16().to_string(),
+            Err(_) => "error".to_owned(),
+        };
+        metrics::counter!(telemetry::UPSTREAM_REQUESTS_TOTAL, "status" => status).increment(1);
+        let reply = result.and_then(|(_, reply)| reply);
+        on_request(reply.is_ok());
+        reply
+    }
+
+    /// One request and its answer: the status (when one came) and what it means.
+    async fn exchange(
+        &self,
+        endpoint: &Endpoint,
+        token: &str,
+    ) -> Result<(StatusCode, Result<Reply, TryError>), TryError> {
+        let host = || endpoint.host().to_owned();
+        let response = self
+            .client
+            .post(endpoint.url().clone())
+            .bearer_auth(token)
+            .header(ACCEPT, "application/json")
+            // An empty body, said explicitly: some servers refuse a POST without a length.
+            .header(CONTENT_LENGTH, "0")
+            .send()
+            .await
+            .map_err(|e| transport_error(endpoint, e))?;
+        let status = response.status();
+        let reply = match status.as_u16() {
+            200 => self.read_user(endpoint, response).await,
+            401 | 403 => Ok(Reply::Rejected {
+                status: status.as_u16(),
+            }),
+            408 | 429 | 500 | 502 | 503 | 504 => Err(TryError::Transient {
+                retry_after: retry_after(response.headers()),
+                error: ResolveError::AuthUnavailable {
+                    host: host(),
+                    detail: format!("HTTP {}", status.as_u16()),
+                    source: None,
+                },
+            }),
+            300..=399 => Err(TryError::Fatal(ResolveError::AuthBadResponse {
+                host: host(),
+                detail: format!(
+                    "HTTP {} redirect; redirects are not followed",
+                    status.as_u16()
+                ),
+            })),
+            other => Err(TryError::Fatal(ResolveError::AuthBadResponse {
+                host: host(),
+                detail: format!("unexpected HTTP {other}; expected 200, 401 or 403"),
+            })),
+        };
+        Ok((status, reply))
+    }
+
+    /// Reads a 200 answer under the size cap and parses it.
+    async fn read_user(
+        &self,
+        endpoint: &Endpoint,
+        mut response: Response,
+    ) -> Result<Reply, TryError> {
+        let bad = |detail: String| {
+            TryError::Fatal(ResolveError::AuthBadResponse {
+                host: endpoint.host().to_owned(),
+                detail,
+            })
+        };
+        let max = self.max_response_bytes;
+        let too_big = || {
+            bad(format!(
+                "the answer is larger than max_response_bytes ({max} bytes)"
+            ))
+        };
+        if response
+            .content_length()
+            .is_some_and(|len| len > max as u64)
+        {
+            return Err(too_big());
+        }
+        let freshness = cache_control(response.headers());
+        let mut body = Vec::with_capacity(response.content_length().map_or(256, |l| l as usize));
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| transport_error(endpoint, e))?
+        {
+            if body.len() + chunk.len() > max {
+                return Err(too_big());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let user = parse_user(&body).map_err(bad)?;
+        Ok(Reply::User { user, freshness })
+    }
+}
+
+/// A failure to get an answer at all: connect, DNS, TLS, reset, or the body cut short.
+fn transport_error(endpoint: &Endpoint, e: reqwest::Error) -> TryError {
+    let detail = if e.is_connect() {
+        "could not connect (refused, DNS, TLS or connect timeout)"
+    } else if e.is_body() || e.is_decode() {
+        "the connection failed while reading the answer"
+    } else {
+        "the connection failed"
+    };
+    TryError::Transient {
+        retry_after: None,
+        error: ResolveError::AuthUnavailable {
+            host: endpoint.host().to_owned(),
+            detail: detail.to_owned(),
+            source: Some(std::sync::Arc::new(e.without_url())),
+        },
+    }
+}
+
+/// Every `Cache-Control` line, joined as one value.
+fn cache_control(headers: &HeaderMap) -> Freshness {
+    let mut lines = headers.get_all(CACHE_CONTROL).iter();
+    let Some(first) = lines.next() else {
+        return Freshness::Unspecified;
+    };
+    let mut joined = String::from_utf8_lossy(first.as_bytes()).into_owned();
+    for line in lines {
+        joined.push(',');
+        joined.push_str(&String::from_utf8_lossy(line.as_bytes()));
+    }
+    parse_cache_control(Some(&joined))
+}
+
+/// `Retry-After` as delay-seconds or an HTTP date.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// Full jitter: a random wait in `[0, BACKOFF_BASE * 2^attempt]`.
+fn jittered_backoff(attempt: u32) -> Duration {
+    let cap = BACKOFF_BASE.saturating_mul(1 << attempt.min(16));
+    cap.mul_f64(fastrand::f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        let mut h = HeaderMap::new();
+        assert_eq!(retry_after(&h), None);
+        h.insert(RETRY_AFTER, HeaderValue::from_static("7"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
+        let later = SystemTime::now() + Duration::from_secs(120);
+        h.insert(
+            RETRY_AFTER,
+            HeaderValue::from_str(&httpdate::fmt_http_date(later)).unwrap(),
+        );
+        let got = retry_after(&h).unwrap();
+        assert!(
+            got > Duration::from_secs(100) && got <= Duration::from_secs(120),
+            "{got:?}"
+        );
+        h.insert(RETRY_AFTER, HeaderValue::from_static("soon"));
+        assert_eq!(retry_after(&h), None);
+    }
+
+    #[test]
+    fn backoff_stays_within_its_doubling_cap() {
+        for attempt in 0..5 {
+            let cap = BACKOFF_BASE * (1 << attempt);
+            assert!(jittered_backoff(attempt) <= cap);
+        }
+    }
+
+    #[test]
+    fn several_cache_control_lines_combine() {
+        let mut h = HeaderMap::new();
+        h.append(CACHE_CONTROL, HeaderValue::from_static("private"));
+        h.append(CACHE_CONTROL, HeaderValue::from_static("max-age=5"));
+        assert_eq!(cache_control(&h), Freshness::MaxAge(Duration::from_secs(5)));
+        h.append(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        assert_eq!(cache_control(&h), Freshness::NoStore);
+    }
+}

@@ -1,0 +1,188 @@
+//! Real servers on loopback for the integration tests: the reference integrator API, and a
+//! scripted upstream whose every answer a test chooses, which counts what it sees.
+#![allow(dead_code, unreachable_pub)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use token_resolver::reference_api::{ApiConfig, ReferenceApi, RunningApi};
+use token_resolver::Resolver;
+
+/// What the scripted upstream saw of one request.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: Method,
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body_len: usize,
+}
+
+impl Seen {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    requests: AtomicUsize,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    seen: Mutex<Vec<Seen>>,
+}
+
+/// An upstream on `127.0.0.1:0` that answers every request with what the test's handler says.
+pub struct Scripted {
+    addr: SocketAddr,
+    counts: Arc<Counts>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Scripted {
+    /// Starts a server that answers each request with `handler(n, seen)`, `n` counting from 0.
+    pub async fn start<F, Fut>(handler: F) -> Scripted
+    where
+        F: Fn(usize, Seen) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Response> + Send + 'static,
+    {
+        let counts = Arc::new(Counts::default());
+        let c = counts.clone();
+        let app = Router::new().fallback(move |req: Request| {
+            let (c, handler) = (c.clone(), handler.clone());
+            async move {
+                let n = c.requests.fetch_add(1, Ordering::SeqCst);
+                let now = c.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                c.max_in_flight.fetch_max(now, Ordering::SeqCst);
+                let (parts, body) = req.into_parts();
+                let body = axum::body::to_bytes(body, 1 << 20)
+                    .await
+                    .unwrap_or_default();
+                let seen = Seen {
+                    method: parts.method,
+                    path: parts.uri.path().to_owned(),
+                    headers: parts.headers,
+                    body_len: body.len(),
+                };
+                c.seen.lock().unwrap().push(seen.clone());
+                let response = handler(n, seen).await;
+                c.in_flight.fetch_sub(1, Ordering::SeqCst);
+                response
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Scripted { addr, counts, task }
+    }
+
+    /// A server answering every request with the same status, headers and body.
+    pub async fn always(
+        status: u16,
+        headers: &'static [(&'static str, &'static str)],
+        body: &'static [u8],
+    ) -> Scripted {
+        Scripted::start(move |_, _| async move { respond(status, headers, body) }).await
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn requests(&self) -> usize {
+        self.counts.requests.load(Ordering::SeqCst)
+    }
+
+    pub fn max_in_flight(&self) -> usize {
+        self.counts.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.counts.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Scripted {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A response with this status, headers and body.
+pub fn respond(
+    status: u16,
+    headers: &[(&'static str, &'static str)],
+    body: &'static [u8],
+) -> Response {
+    let mut response = (StatusCode::from_u16(status).unwrap(), Body::from(body)).into_response();
+    for (name, value) in headers {
+        response.headers_mut().append(*name, value.parse().unwrap());
+    }
+    response
+}
+
+/// A 200 answer for user `id` named `name`.
+pub fn user_answer(id: i64, name: &str) -> Response {
+    let body = serde_json::json!({ "id": id, "name": name }).to_string();
+    (StatusCode::OK, [("content-type", "application/json")], body).into_response()
+}
+
+/// A resolver whose default authUrl is `url`, with short timeouts fit for tests.
+pub fn resolver_for(url: &str) -> token_resolver::ResolverBuilder {
+    Resolver::builder()
+        .default_auth_url(url)
+        .request_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_millis(500))
+}
+
+/// The reference API with its demo users, on `127.0.0.1:0`.
+pub async fn reference_api() -> RunningApi {
+    reference_api_with(ApiConfig::default()).await
+}
+
+pub async fn reference_api_with(config: ApiConfig) -> RunningApi {
+    ReferenceApi::new(config)
+        .expect("valid reference API config")
+        .spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .expect("reference API binds to loopback")
+}
+
+/// Logs `username` in at the reference API and takes an access token, as a client would.
+pub async fn login_and_take_token(base_url: &str, username: &str, password: &str) -> String {
+    let http = reqwest::Client::new();
+    let login = http
+        .post(format!("{base_url}/api/login"))
+        .json(&serde_json::json!({ "username": username, "password": password }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), 200, "login of {username}");
+    let cookie = login.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let token: serde_json::Value = http
+        .post(format!("{base_url}/api/access_token"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    token["access_token"].as_str().unwrap().to_owned()
+}
