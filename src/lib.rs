@@ -28,7 +28,15 @@
 //! - `upstream` (private): the HTTP call with its deadline, retries and body cap.
 //! - [`error`]: [`ResolveError`], [`ErrorCode`] and [`ConfigError`].
 //! - [`telemetry`]: the metric names this crate records.
+//! - [`client`]: the game client's side: `RoomInfo` and its authUrl rule, `RoomJoinArgs`, and
+//!   a client of the integrator's web API that logs in and takes an access token.
 //! - `reference_api` (feature `reference-api`): a reference integrator web API.
+//! - `demo` (feature `reference-api`): the seed's whole flow on loopback.
+//! - `cli` (feature `cli`): the `token-resolver` command line.
+//!
+//! Features: `reference-api` (axum, argon2) and `cli` (clap, on top of it) are on by default
+//! for the binary. A game server that embeds the resolver depends with
+//! `default-features = false` and pulls in neither.
 //!
 //! # Example
 //!
@@ -57,6 +65,11 @@
 pub mod answer;
 pub mod auth_url;
 mod cache;
+#[cfg(feature = "cli")]
+pub mod cli;
+pub mod client;
+#[cfg(feature = "reference-api")]
+pub mod demo;
 pub mod error;
 mod flight;
 #[cfg(feature = "reference-api")]
@@ -72,3 +85,8 @@ pub use error::{ConfigError, ErrorCode, ResolveError};
 pub use resolver::{ConnectRequest, JoinRequest, Resolver, ResolverBuilder, Stats};
 pub use token::AccessToken;
 pub use user::{Identity, User};
+
+/// The README's Rust examples compile as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

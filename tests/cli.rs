@@ -1,0 +1,149 @@
+//! The `token-resolver` binary as a user runs it: `resolve`'s one JSON line and exit status,
+//! and `demo` completing the seed's flow.
+
+mod support;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use support::{login_and_take_token, reference_api};
+
+fn bin() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_token-resolver"));
+    cmd.env_remove("TOKEN_RESOLVER_TOKEN")
+        .env("RUST_LOG", "trace");
+    cmd
+}
+
+/// Runs the binary off the async runtime's threads.
+async fn output(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn json_line(out: &Output) -> serde_json::Value {
+    let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "exactly one line: {stdout:?}");
+    serde_json::from_str(stdout.trim_end()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resolve_prints_the_user_and_exits_0() {
+    // Pins down `resolve` success: {"id","name"} on one line, exit 0, and the token not in the
+    // logs even at TRACE.
+    let api = reference_api().await;
+    let token = login_and_take_token(&api.base_url(), "alice", "wonderland").await;
+    let mut cmd = bin();
+    cmd.args(["resolve", "--auth-url", &api.base_url(), "--token", &token]);
+    let out = output(cmd).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        json_line(&out),
+        serde_json::json!({"id": 1, "name": "Alice"})
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(&token));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resolve_reads_the_token_from_stdin_and_the_environment() {
+    // Pins down --token-stdin and TOKEN_RESOLVER_TOKEN.
+    let api = reference_api().await;
+    let token = login_and_take_token(&api.base_url(), "bob", "builder").await;
+
+    let mut cmd = bin();
+    cmd.args(["resolve", "--auth-url", &api.base_url(), "--token-stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let line = format!("{token}\n");
+    let out = tokio::task::spawn_blocking(move || {
+        let mut child = cmd.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(line.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(json_line(&out)["name"], "Bob");
+
+    let mut cmd = bin();
+    cmd.args(["resolve", "--auth-url", &api.base_url()])
+        .env("TOKEN_RESOLVER_TOKEN", &token);
+    let out = output(cmd).await;
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(json_line(&out)["id"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resolve_prints_the_error_code_and_exits_1() {
+    // Pins down `resolve` failure: {"error": code, "message"} on one line, exit 1.
+    let api = reference_api().await;
+    for (auth_url, token, code) in [
+        (api.base_url(), "unknown-token", "token_rejected"),
+        (api.base_url(), "bad token", "token_malformed"),
+        (api.base_url(), "", "token_missing"),
+        (
+            "http://auth.example.com".to_owned(),
+            "t",
+            "auth_url_not_allowed",
+        ),
+    ] {
+        let mut cmd = bin();
+        cmd.args(["resolve", "--auth-url", &auth_url, "--token", token]);
+        let out = output(cmd).await;
+        assert_eq!(out.status.code(), Some(1), "{code}");
+        let line = json_line(&out);
+        assert_eq!(line["error"], code);
+        assert!(line["message"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_errors_exit_2_with_nothing_on_stdout() {
+    // Pins down exit 2 for a usage error, including a missing token source.
+    for args in [
+        vec!["resolve"],
+        vec!["resolve", "--auth-url", "http://127.0.0.1:1"],
+        vec!["no-such-command"],
+    ] {
+        let mut cmd = bin();
+        cmd.args(&args);
+        let out = output(cmd).await;
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn demo_walks_the_whole_flow_and_exits_0() {
+    // Pins down the main job: the demo completes every step of the seed's flow.
+    let mut cmd = bin();
+    cmd.arg("demo").env("RUST_LOG", "warn");
+    let out = output(cmd).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for step in [
+        "POST /api/login",
+        "POST /api/access_token",
+        "SearchRoom",
+        "cache hit",
+        "auth_url_not_allowed",
+        "token_rejected",
+    ] {
+        assert!(stdout.contains(step), "missing step {step:?} in:\n{stdout}");
+    }
+}
