@@ -87,7 +87,12 @@ impl<'de> Visitor<'de> for UserVisitor {
         }
         let id = id.ok_or_else(|| de::Error::custom("field \"id\" is missing"))?;
         let name = name.ok_or_else(|| de::Error::custom("field \"name\" is missing"))?;
-        Ok(User { id, name, extra })
+        Ok(User {
+            id,
+            name,
+            extra,
+            stale: false,
+        })
     }
 
     fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<User, A::Error> {

@@ -109,6 +109,11 @@ impl Endpoint {
         self.url.as_str()
     }
 
+    /// `scheme://host[:port]`, lower-case, default port elided.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
     /// The host, for log lines and error messages.
     pub fn host(&self) -> &str {
         self.url.host_str().unwrap_or_default()

@@ -129,8 +129,12 @@ pub(crate) enum Cached {
     User {
         /// The user, shared with every caller that gets it.
         user: Arc<User>,
-        /// How long the entry lives: `min(cache_ttl, max-age)`.
+        /// How long the entry lives: `min(cache_ttl, max-age)`, plus the `serve_stale_for`
+        /// window during which it is kept only as a fallback.
         ttl: Duration,
+        /// Until when it is fresh; after, it is served only when the API is unavailable.
+        /// `None` when stale serving is off (the entry then dies when it stops being fresh).
+        fresh_until: Option<Instant>,
     },
     /// The API answered 401 or 403.
     Rejected {
@@ -188,8 +192,13 @@ mod tests {
             id,
             name: format!("u{id}"),
             extra: Default::default(),
+            stale: false,
         });
-        Cached::User { user, ttl }
+        Cached::User {
+            user,
+            ttl,
+            fresh_until: None,
+        }
     }
 
     #[test]

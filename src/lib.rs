@@ -26,6 +26,8 @@
 //! - [`user`]: [`User`], what a resolution yields.
 //! - `cache` (private): the cache keys, entries and per-entry expiry on top of moka.
 //! - `upstream` (private): the HTTP call with its deadline, retries and body cap.
+//! - `breaker` (private): the per-API circuit breaker that makes a dead API fail fast.
+//! - `flight` (private): coalescing concurrent look-ups of one key into one call.
 //! - [`error`]: [`ResolveError`], [`ErrorCode`] and [`ConfigError`].
 //! - [`telemetry`]: the metric names this crate records.
 //! - [`client`]: the game client's side: `RoomInfo` and its authUrl rule, `RoomJoinArgs`, and
@@ -64,6 +66,7 @@
 
 pub mod answer;
 pub mod auth_url;
+mod breaker;
 mod cache;
 #[cfg(feature = "cli")]
 pub mod cli;

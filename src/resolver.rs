@@ -9,15 +9,16 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use crate::auth_url::{AllowList, Endpoint};
+use crate::breaker::{BreakerConfig, Breakers};
 use crate::cache::{self, CacheKey, Cached, KeyRef, KeyView};
-use crate::error::{ConfigError, ResolveError};
+use crate::error::{ConfigError, ErrorCode, ResolveError};
 use crate::flight::Flights;
 use crate::telemetry;
 use crate::token;
@@ -59,6 +60,8 @@ struct Inner {
     cache_ttl: Duration,
     negative_cache_ttl: Duration,
     queue_timeout: Duration,
+    /// How long past its freshness an answer may still be served while the API is down.
+    serve_stale_for: Duration,
     /// Bumped by every invalidation: a call that started before one does not cache its answer,
     /// so an invalidation cannot be undone by a call already in flight.
     generation: AtomicU64,
@@ -85,6 +88,10 @@ pub struct Stats {
     pub upstream_errors: u64,
     /// Entries in the cache now (users and rejections; expired ones may linger briefly).
     pub entries: u64,
+    /// Resolutions answered with an expired user because the API was unavailable.
+    pub stale_served: u64,
+    /// Resolutions that failed fast because their API's circuit breaker was open.
+    pub short_circuited: u64,
 }
 
 #[derive(Default)]
@@ -95,6 +102,7 @@ struct Counters {
     negative_hits: AtomicU64,
     upstream_calls: AtomicU64,
     upstream_errors: AtomicU64,
+    stale_served: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -108,6 +116,7 @@ enum CacheOutcome {
     NegativeHit,
     Miss,
     Coalesced,
+    Stale,
 }
 
 impl CacheOutcome {
@@ -117,8 +126,18 @@ impl CacheOutcome {
             CacheOutcome::NegativeHit => "negative_hit",
             CacheOutcome::Miss => "miss",
             CacheOutcome::Coalesced => "coalesced",
+            CacheOutcome::Stale => "stale",
         }
     }
+}
+
+/// What the cache holds for a key.
+enum Lookup {
+    /// An answer to use as it is.
+    Fresh(Cached),
+    /// A user past its freshness, kept to serve if the API turns out to be unavailable.
+    Stale(Arc<User>),
+    Absent,
 }
 
 /// Where a resolution goes: a client-supplied authUrl, or the configured default.
@@ -280,18 +299,18 @@ impl Resolver {
             endpoint: endpoint.as_str(),
             token,
         };
-        if let Some(cached) = inner.cache.get(&key as &dyn KeyView) {
-            return match cached {
-                Cached::User { user, .. } => {
-                    bump(&inner.counters.hits);
-                    Ok((user, CacheOutcome::Hit))
-                }
-                Cached::Rejected { status, .. } => {
-                    bump(&inner.counters.negative_hits);
-                    Err((rejected(&endpoint, status), Some(CacheOutcome::NegativeHit)))
-                }
-            };
-        }
+        let stale = match self.lookup(&key) {
+            Lookup::Fresh(Cached::User { user, .. }) => {
+                bump(&inner.counters.hits);
+                return Ok((user, CacheOutcome::Hit));
+            }
+            Lookup::Fresh(Cached::Rejected { status, .. }) => {
+                bump(&inner.counters.negative_hits);
+                return Err((rejected(&endpoint, status), Some(CacheOutcome::NegativeHit)));
+            }
+            Lookup::Stale(user) => Some(user),
+            Lookup::Absent => None,
+        };
 
         let (result, ran) = inner
             .flights
@@ -313,7 +332,42 @@ impl Resolver {
             Ok(Cached::Rejected { status, .. }) => {
                 Err((rejected(&endpoint, status), Some(outcome)))
             }
-            Err(error) => Err((error, Some(outcome))),
+            Err(error) => match stale {
+                // Only an unreachable API falls back; a rejection or a broken answer never does.
+                Some(user)
+                    if matches!(
+                        error.code(),
+                        ErrorCode::AuthUnavailable | ErrorCode::AuthTimeout
+                    ) =>
+                {
+                    bump(&inner.counters.stale_served);
+                    metrics::counter!(telemetry::STALE_SERVED_TOTAL).increment(1);
+                    tracing::warn!(
+                        user_id = user.id,
+                        error = error.code().as_str(),
+                        "serving a stale answer"
+                    );
+                    let stale = User {
+                        stale: true,
+                        ..(*user).clone()
+                    };
+                    Ok((Arc::new(stale), CacheOutcome::Stale))
+                }
+                _ => Err((error, Some(outcome))),
+            },
+        }
+    }
+
+    /// The cache's answer for `key`, telling fresh entries from ones kept only as a fallback.
+    fn lookup(&self, key: &KeyRef<'_>) -> Lookup {
+        match self.inner.cache.get(key as &dyn KeyView) {
+            None => Lookup::Absent,
+            Some(Cached::User {
+                user,
+                fresh_until: Some(until),
+                ..
+            }) if Instant::now() >= until => Lookup::Stale(user),
+            Some(cached) => Lookup::Fresh(cached),
         }
     }
 
@@ -325,9 +379,10 @@ impl Resolver {
     ) -> Result<Cached, ResolveError> {
         let inner = &*self.inner;
         // A flight that ended just before this one began may have cached the answer already.
-        if let Some(cached) = inner.cache.get(key as &dyn KeyView) {
+        if let Lookup::Fresh(cached) = self.lookup(key) {
             return Ok(cached);
         }
+        inner.upstream.fail_fast(endpoint)?;
         let generation = inner.generation.load(Ordering::Acquire);
         let _slot = match tokio::time::timeout(inner.queue_timeout, inner.slots.acquire()).await {
             Ok(Ok(slot)) => slot,
@@ -348,10 +403,19 @@ impl Resolver {
             .call(endpoint, key.token, &on_request)
             .await?
         {
-            Reply::User { user, freshness } => Cached::User {
-                user: Arc::new(user),
-                ttl: freshness.ttl(inner.cache_ttl),
-            },
+            Reply::User { user, freshness } => {
+                let fresh = freshness.ttl(inner.cache_ttl);
+                let keep_stale = !fresh.is_zero() && !inner.serve_stale_for.is_zero();
+                Cached::User {
+                    user: Arc::new(user),
+                    ttl: if keep_stale {
+                        fresh.saturating_add(inner.serve_stale_for)
+                    } else {
+                        fresh
+                    },
+                    fresh_until: keep_stale.then(|| Instant::now() + fresh),
+                }
+            }
             Reply::Rejected { status } => Cached::Rejected {
                 status,
                 ttl: inner.negative_cache_ttl,
@@ -426,6 +490,8 @@ impl Resolver {
             upstream_calls: load(&c.upstream_calls),
             upstream_errors: load(&c.upstream_errors),
             entries: self.inner.cache.entry_count(),
+            stale_served: load(&c.stale_served),
+            short_circuited: self.inner.upstream.breakers.refusals(),
         }
     }
 
@@ -517,6 +583,8 @@ impl fmt::Debug for JoinRequest {
 /// | [`connect_timeout`](Self::connect_timeout) | 2 s |
 /// | [`max_response_bytes`](Self::max_response_bytes) | 64 KiB |
 /// | [`retries`](Self::retries) | 1 |
+/// | [`serve_stale_for`](Self::serve_stale_for) | zero (off) |
+/// | [`circuit_breaker`](Self::circuit_breaker) | 5 failures, 2 s cool-down |
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct ResolverBuilder {
@@ -533,6 +601,8 @@ pub struct ResolverBuilder {
     connect_timeout: Duration,
     max_response_bytes: usize,
     retries: u32,
+    serve_stale_for: Duration,
+    breaker: BreakerConfig,
 }
 
 impl Default for ResolverBuilder {
@@ -551,6 +621,11 @@ impl Default for ResolverBuilder {
             connect_timeout: Duration::from_secs(2),
             max_response_bytes: 64 * 1024,
             retries: 1,
+            serve_stale_for: Duration::ZERO,
+            breaker: BreakerConfig {
+                threshold: 5,
+                cool_down: Duration::from_secs(2),
+            },
         }
     }
 }
@@ -665,6 +740,36 @@ impl ResolverBuilder {
         ResolverBuilder { retries, ..self }
     }
 
+    /// Serve an answer up to this long past its freshness when the auth API is unavailable or
+    /// times out; the user is then flagged [`User::stale`] and counted in
+    /// `token_resolver_stale_served_total`. Never when the API rejects the token or breaks the
+    /// protocol. Default: zero (off).
+    ///
+    /// **The trade-off:** during an outage a token revoked at the API may still be accepted for
+    /// up to this window, and an answer's `max-age` no longer bounds how long it is used. Turn
+    /// it on when keeping players in the game through an auth outage matters more than revoking
+    /// them to the second; keep the window short (minutes, not hours).
+    pub fn serve_stale_for(self, window: Duration) -> Self {
+        ResolverBuilder {
+            serve_stale_for: window,
+            ..self
+        }
+    }
+
+    /// The per-API circuit breaker: after `failures` transient failures in a row (connect
+    /// errors, resets, timeouts, 408/429/5xx) resolutions that need that API fail at once with
+    /// `auth_unavailable` for `cool_down` (cache hits are still served), then one probe call
+    /// decides whether it closes. `failures == 0` disables it. Default: 5 failures, 2 s.
+    pub fn circuit_breaker(self, failures: u32, cool_down: Duration) -> Self {
+        ResolverBuilder {
+            breaker: BreakerConfig {
+                threshold: failures,
+                cool_down,
+            },
+            ..self
+        }
+    }
+
     /// Checks the configuration and builds the resolver.
     ///
     /// # Errors
@@ -749,10 +854,12 @@ impl ResolverBuilder {
                     request_timeout: self.request_timeout,
                     retries: self.retries,
                     max_response_bytes: self.max_response_bytes,
+                    breakers: Breakers::new(self.breaker),
                 },
                 cache_ttl: self.cache_ttl,
                 negative_cache_ttl: self.negative_cache_ttl,
                 queue_timeout: self.queue_timeout,
+                serve_stale_for: self.serve_stale_for,
                 generation: AtomicU64::new(0),
                 counters: Counters::default(),
             }),

@@ -18,3 +18,13 @@ pub const UPSTREAM_IN_FLIGHT: &str = "token_resolver_upstream_in_flight";
 
 /// Gauge: entries in the cache (users and rejections), updated as the cache changes.
 pub const CACHE_ENTRIES: &str = "token_resolver_cache_entries";
+
+/// Gauge, label `origin` (`scheme://host:port` of an auth API): 1 while its circuit breaker is
+/// open and calls fail fast, 0 once it closes.
+pub const CIRCUIT_OPEN: &str = "token_resolver_circuit_open";
+
+/// Counter: resolutions that failed fast because their auth API's circuit breaker was open.
+pub const CIRCUIT_REJECTIONS_TOTAL: &str = "token_resolver_circuit_rejections_total";
+
+/// Counter: stale answers served because the auth API was unavailable (`serve_stale_for`).
+pub const STALE_SERVED_TOTAL: &str = "token_resolver_stale_served_total";

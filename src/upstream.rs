@@ -11,6 +11,7 @@ use reqwest::{Response, StatusCode};
 
 use crate::answer::{parse_cache_control, parse_user, Freshness};
 use crate::auth_url::Endpoint;
+use crate::breaker::{Breakers, Outcome};
 use crate::error::ResolveError;
 use crate::telemetry;
 use crate::user::User;
@@ -34,6 +35,8 @@ pub(crate) struct Upstream {
     pub(crate) request_timeout: Duration,
     pub(crate) retries: u32,
     pub(crate) max_response_bytes: usize,
+    /// Per-origin circuit breakers.
+    pub(crate) breakers: Breakers,
 }
 
 /// How one try went wrong.
@@ -48,7 +51,8 @@ enum TryError {
 }
 
 impl Upstream {
-    /// Asks the API at `endpoint` who holds `token`, with retries, within `request_timeout`.
+    /// Asks the API at `endpoint` who holds `token`, with retries, within `request_timeout`,
+    /// unless its circuit breaker is open.
     ///
     /// `on_request` is called once per HTTP request sent; `ok` says whether it got a usable
     /// answer (200, 401 or 403).
@@ -59,31 +63,38 @@ impl Upstream {
         on_request: &(dyn Fn(bool) + Sync),
     ) -> Result<Reply, ResolveError> {
         let deadline = tokio::time::Instant::now() + self.request_timeout;
-        match tokio::time::timeout_at(deadline, self.tries(endpoint, token, deadline, on_request))
-            .await
-        {
-            Ok(result) => result,
-            Err(_) => Err(ResolveError::AuthTimeout {
-                host: endpoint.host().to_owned(),
-                timeout: self.request_timeout,
-            }),
-        }
-    }
-
-    async fn tries(
-        &self,
-        endpoint: &Endpoint,
-        token: &str,
-        deadline: tokio::time::Instant,
-        on_request: &(dyn Fn(bool) + Sync),
-    ) -> Result<Reply, ResolveError> {
         let mut attempt = 0;
         loop {
-            match self.once(endpoint, token, on_request).await {
+            let admission = self
+                .breakers
+                .admit(endpoint.origin())
+                .map_err(|wait| circuit_open(endpoint, wait))?;
+            let probe = admission.is_probe();
+            let result =
+                match tokio::time::timeout_at(deadline, self.once(endpoint, token, on_request))
+                    .await
+                {
+                    Ok(result) => result,
+                    Err(_) => {
+                        admission.report(Outcome::Down);
+                        return Err(ResolveError::AuthTimeout {
+                            host: endpoint.host().to_owned(),
+                            timeout: self.request_timeout,
+                        });
+                    }
+                };
+            admission.report(match &result {
+                Ok(_) => Outcome::Up,
+                Err(TryError::Transient { .. }) => Outcome::Down,
+                Err(TryError::Fatal(_)) => Outcome::Neutral,
+            });
+            match result {
                 Ok(reply) => return Ok(reply),
                 Err(TryError::Fatal(error)) => return Err(error),
                 Err(TryError::Transient { error, retry_after }) => {
-                    if attempt >= self.retries {
+                    // A probe is one call; an open breaker means no more tries.
+                    if attempt >= self.retries || probe || self.breakers.is_open(endpoint.origin())
+                    {
                         return Err(error);
                     }
                     let backoff = jittered_backoff(attempt);
@@ -102,6 +113,18 @@ impl Upstream {
                 }
             }
             attempt += 1;
+        }
+    }
+
+    /// Fails at once when `endpoint`'s circuit breaker is refusing calls.
+    ///
+    /// # Errors
+    ///
+    /// [`ResolveError::AuthUnavailable`] saying the breaker is open.
+    pub(crate) fn fail_fast(&self, endpoint: &Endpoint) -> Result<(), ResolveError> {
+        match self.breakers.refusing(endpoint.origin()) {
+            Some(wait) => Err(circuit_open(endpoint, wait)),
+            None => Ok(()),
         }
     }
 
@@ -211,6 +234,18 @@ impl Upstream {
         }
         let user = parse_user(&body).map_err(bad)?;
         Ok(Reply::User { user, freshness })
+    }
+}
+
+/// The error of a call refused by an open circuit breaker.
+fn circuit_open(endpoint: &Endpoint, wait: Duration) -> ResolveError {
+    ResolveError::AuthUnavailable {
+        host: endpoint.host().to_owned(),
+        detail: format!(
+            "its circuit breaker is open after repeated failures; the next try is in {} ms",
+            wait.as_millis()
+        ),
+        source: None,
     }
 }
 

@@ -17,6 +17,14 @@ pub struct User {
     /// Any further top-level fields of the answer, kept as they came (e.g. roles or a level).
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+    /// `true` when this answer expired and was served only because the auth API was
+    /// unavailable (see `ResolverBuilder::serve_stale_for`). Never set otherwise.
+    #[serde(skip_serializing_if = "is_false")]
+    pub stale: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !b
 }
 
 /// Who is behind a connect or a join.
