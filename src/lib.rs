@@ -28,6 +28,8 @@
 //! - `upstream` (private): the HTTP call with its deadline, retries and body cap.
 //! - `breaker` (private): the per-API circuit breaker that makes a dead API fail fast.
 //! - `flight` (private): coalescing concurrent look-ups of one key into one call.
+//! - `shared_cache` (feature `redis`): the second cache tier on Redis, shared by every
+//!   game-server node, with cluster-wide invalidation.
 //! - [`error`]: [`ResolveError`], [`ErrorCode`] and [`ConfigError`].
 //! - [`telemetry`]: the metric names this crate records.
 //! - [`client`]: the game client's side: `RoomInfo` and its authUrl rule, `RoomJoinArgs`, and
@@ -78,6 +80,8 @@ mod flight;
 #[cfg(feature = "reference-api")]
 pub mod reference_api;
 pub mod resolver;
+#[cfg(feature = "redis")]
+pub mod shared_cache;
 pub mod telemetry;
 pub mod token;
 mod upstream;

@@ -20,6 +20,8 @@ use crate::breaker::{BreakerConfig, Breakers};
 use crate::cache::{self, CacheKey, Cached, KeyRef, KeyView};
 use crate::error::{ConfigError, ErrorCode, ResolveError};
 use crate::flight::Flights;
+#[cfg(feature = "redis")]
+use crate::shared_cache::{Invalidation, RedisTier, SharedCache, SharedEntry};
 use crate::telemetry;
 use crate::token;
 use crate::upstream::{Reply, Upstream};
@@ -67,6 +69,9 @@ struct Inner {
     generation: AtomicU64,
     /// The counters behind [`Resolver::stats`].
     counters: Counters,
+    /// The second tier shared by every node, if configured.
+    #[cfg(feature = "redis")]
+    shared: Option<SharedCache>,
 }
 
 /// Counters of what a resolver did since it was built; see [`Resolver::stats`].
@@ -92,6 +97,10 @@ pub struct Stats {
     pub stale_served: u64,
     /// Resolutions that failed fast because their API's circuit breaker was open.
     pub short_circuited: u64,
+    /// Local misses answered by the shared Redis tier (feature `redis`).
+    pub shared_hits: u64,
+    /// Shared tier operations that failed or timed out; the resolutions went on without it.
+    pub shared_errors: u64,
 }
 
 #[derive(Default)]
@@ -382,8 +391,20 @@ impl Resolver {
         if let Lookup::Fresh(cached) = self.lookup(key) {
             return Ok(cached);
         }
-        inner.upstream.fail_fast(endpoint)?;
         let generation = inner.generation.load(Ordering::Acquire);
+        #[cfg(feature = "redis")]
+        if let Some(shared) = &inner.shared {
+            self.start_subscriber();
+            if let Some((entry, left)) = shared.get(endpoint.as_str(), key.token).await {
+                let cached = match entry {
+                    SharedEntry::User(user) => inner.cached_user(Arc::new(user), left),
+                    SharedEntry::Rejected(status) => Cached::Rejected { status, ttl: left },
+                };
+                inner.store(endpoint, key.token, &cached, generation);
+                return Ok(cached);
+            }
+        }
+        inner.upstream.fail_fast(endpoint)?;
         let _slot = match tokio::time::timeout(inner.queue_timeout, inner.slots.acquire()).await {
             Ok(Ok(slot)) => slot,
             _ => {
@@ -398,83 +419,96 @@ impl Resolver {
                 bump(&inner.counters.upstream_errors);
             }
         };
-        let cached = match inner
+        let (cached, fresh) = match inner
             .upstream
             .call(endpoint, key.token, &on_request)
             .await?
         {
             Reply::User { user, freshness } => {
                 let fresh = freshness.ttl(inner.cache_ttl);
-                let keep_stale = !fresh.is_zero() && !inner.serve_stale_for.is_zero();
-                Cached::User {
-                    user: Arc::new(user),
-                    ttl: if keep_stale {
-                        fresh.saturating_add(inner.serve_stale_for)
-                    } else {
-                        fresh
-                    },
-                    fresh_until: keep_stale.then(|| Instant::now() + fresh),
-                }
+                (inner.cached_user(Arc::new(user), fresh), fresh)
             }
-            Reply::Rejected { status } => Cached::Rejected {
-                status,
-                ttl: inner.negative_cache_ttl,
-            },
+            Reply::Rejected { status } => {
+                let ttl = inner.negative_cache_ttl;
+                (Cached::Rejected { status, ttl }, ttl)
+            }
         };
-        let invalidated_meanwhile = inner.generation.load(Ordering::Acquire) != generation;
-        if !cached.ttl().is_zero() && !invalidated_meanwhile {
-            inner
-                .cache
-                .insert(CacheKey::new(endpoint.clone(), key.token), cached.clone());
-            self.publish_entries();
+        if inner.store(endpoint, key.token, &cached, generation) {
+            #[cfg(feature = "redis")]
+            if let Some(shared) = &inner.shared {
+                let entry = match &cached {
+                    Cached::User { user, .. } => SharedEntry::User(User::clone(user)),
+                    Cached::Rejected { status, .. } => SharedEntry::Rejected(*status),
+                };
+                shared.put(endpoint.as_str(), key.token, &entry, fresh, inner.cache_ttl);
+            }
         }
+        let _ = fresh;
         Ok(cached)
     }
 
-    /// Drops the cached answer (user or rejection) for one token at one authUrl.
+    /// Starts, once, the task that applies other nodes' invalidations to this node's cache.
+    #[cfg(feature = "redis")]
+    fn start_subscriber(&self) {
+        if let Some(shared) = &self.inner.shared {
+            let inner = Arc::downgrade(&self.inner);
+            shared.start_subscriber(move |invalidation| {
+                if let Some(inner) = inner.upgrade() {
+                    inner.apply(invalidation);
+                }
+            });
+        }
+    }
+
+    /// Whether this resolver listens to the other nodes' invalidations on the shared tier now
+    /// (always `false` without one). The listener starts with the first resolution; wait for
+    /// this before relying on another node's invalidation reaching this one.
+    #[cfg(feature = "redis")]
+    pub fn shared_cache_subscribed(&self) -> bool {
+        self.start_subscriber();
+        self.inner
+            .shared
+            .as_ref()
+            .is_some_and(|s| s.is_subscribed())
+    }
+
+    /// Drops the cached answer (user or rejection) for one token at one authUrl, here and, with
+    /// a shared tier, in Redis and on every node.
     ///
     /// Call it when the integrator tells you a token was revoked. A call for that token already
     /// in flight will not cache its answer.
     pub fn invalidate(&self, auth_url: &str, access_token: &str) {
-        let inner = &*self.inner;
-        inner.generation.fetch_add(1, Ordering::AcqRel);
-        if let Ok(endpoint) = Endpoint::parse(auth_url, true) {
-            let key = KeyRef {
-                endpoint: endpoint.as_str(),
-                token: access_token,
-            };
-            inner.cache.invalidate(&key as &dyn KeyView);
-        }
-        self.publish_entries();
-    }
-
-    /// Drops every cached token of user `user_id` at `auth_url`, e.g. when the user is banned or
-    /// logs out everywhere. It walks the cache: O(entries), meant for rare administrative use.
-    pub fn invalidate_user(&self, auth_url: &str, user_id: i64) {
-        let inner = &*self.inner;
-        inner.generation.fetch_add(1, Ordering::AcqRel);
         let Ok(endpoint) = Endpoint::parse(auth_url, true) else {
             return;
         };
-        let doomed: Vec<Arc<CacheKey>> = inner
-            .cache
-            .iter()
-            .filter(|(key, cached)| {
-                cached.user_id() == Some(user_id) && key.endpoint.as_str() == endpoint.as_str()
-            })
-            .map(|(key, _)| key)
-            .collect();
-        for key in doomed {
-            inner.cache.invalidate(&*key);
+        self.inner.evict_token(endpoint.as_str(), access_token);
+        #[cfg(feature = "redis")]
+        if let Some(shared) = &self.inner.shared {
+            shared.delete(endpoint.as_str(), access_token);
         }
-        self.publish_entries();
     }
 
-    /// Empties the cache.
+    /// Drops every cached token of user `user_id` at `auth_url`, e.g. when the user is banned or
+    /// logs out everywhere; with a shared tier, in Redis and on every node too. It walks the
+    /// local cache: O(entries), meant for rare administrative use.
+    pub fn invalidate_user(&self, auth_url: &str, user_id: i64) {
+        let Ok(endpoint) = Endpoint::parse(auth_url, true) else {
+            return;
+        };
+        self.inner.evict_user(endpoint.as_str(), user_id);
+        #[cfg(feature = "redis")]
+        if let Some(shared) = &self.inner.shared {
+            shared.delete_user(endpoint.as_str(), user_id);
+        }
+    }
+
+    /// Empties the cache; with a shared tier, Redis's entries and every node's cache too.
     pub fn invalidate_all(&self) {
-        self.inner.generation.fetch_add(1, Ordering::AcqRel);
-        self.inner.cache.invalidate_all();
-        self.publish_entries();
+        self.inner.evict_all();
+        #[cfg(feature = "redis")]
+        if let Some(shared) = &self.inner.shared {
+            shared.delete_all();
+        }
     }
 
     /// What this resolver (and its clones) did so far.
@@ -482,6 +516,15 @@ impl Resolver {
         let c = &self.inner.counters;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         self.inner.cache.run_pending_tasks();
+        #[cfg(feature = "redis")]
+        let (shared_hits, shared_errors) = self.inner.shared.as_ref().map_or((0, 0), |s| {
+            (
+                s.hits.load(Ordering::Relaxed),
+                s.errors.load(Ordering::Relaxed),
+            )
+        });
+        #[cfg(not(feature = "redis"))]
+        let (shared_hits, shared_errors) = (0, 0);
         Stats {
             hits: load(&c.hits),
             misses: load(&c.misses),
@@ -492,11 +535,99 @@ impl Resolver {
             entries: self.inner.cache.entry_count(),
             stale_served: load(&c.stale_served),
             short_circuited: self.inner.upstream.breakers.refusals(),
+            shared_hits,
+            shared_errors,
+        }
+    }
+}
+
+impl Inner {
+    /// A cache entry for `user`, fresh for `fresh`, kept `serve_stale_for` longer as a fallback
+    /// when stale serving is on.
+    fn cached_user(&self, user: Arc<User>, fresh: Duration) -> Cached {
+        let keep_stale = !fresh.is_zero() && !self.serve_stale_for.is_zero();
+        Cached::User {
+            user,
+            ttl: if keep_stale {
+                fresh.saturating_add(self.serve_stale_for)
+            } else {
+                fresh
+            },
+            fresh_until: keep_stale.then(|| Instant::now() + fresh),
+        }
+    }
+
+    /// Caches `cached` unless it must not live (zero ttl) or an invalidation happened since
+    /// `generation` was read; says whether it did.
+    fn store(
+        &self,
+        endpoint: &Arc<Endpoint>,
+        token: &str,
+        cached: &Cached,
+        generation: u64,
+    ) -> bool {
+        let invalidated_meanwhile = self.generation.load(Ordering::Acquire) != generation;
+        if cached.ttl().is_zero() || invalidated_meanwhile {
+            return false;
+        }
+        self.cache
+            .insert(CacheKey::new(endpoint.clone(), token), cached.clone());
+        self.publish_entries();
+        true
+    }
+
+    fn evict_token(&self, endpoint: &str, token: &str) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.cache
+            .invalidate(&KeyRef { endpoint, token } as &dyn KeyView);
+        self.publish_entries();
+    }
+
+    fn evict_user(&self, endpoint: &str, user_id: i64) {
+        self.evict_where(|key, cached| {
+            cached.user_id() == Some(user_id) && key.endpoint.as_str() == endpoint
+        });
+    }
+
+    fn evict_all(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.cache.invalidate_all();
+        self.publish_entries();
+    }
+
+    /// Walks the cache and drops the entries `doomed` picks.
+    fn evict_where(&self, doomed: impl Fn(&CacheKey, &Cached) -> bool) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let keys: Vec<Arc<CacheKey>> = self
+            .cache
+            .iter()
+            .filter(|(key, cached)| doomed(key, cached))
+            .map(|(key, _)| key)
+            .collect();
+        for key in keys {
+            self.cache.invalidate(&*key);
+        }
+        self.publish_entries();
+    }
+
+    /// Applies another node's invalidation to this node's cache.
+    #[cfg(feature = "redis")]
+    fn apply(&self, invalidation: Invalidation) {
+        match invalidation {
+            Invalidation::Key { endpoint, digest } => {
+                let Some(shared) = &self.shared else { return };
+                self.evict_where(|key, _| {
+                    key.endpoint.as_str() == endpoint
+                        && shared.digest(&endpoint, key.token()) == digest
+                });
+            }
+            Invalidation::User { endpoint, user_id } => self.evict_user(&endpoint, user_id),
+            Invalidation::All => self.evict_all(),
         }
     }
 
     fn publish_entries(&self) {
-        metrics::gauge!(telemetry::CACHE_ENTRIES).set(self.inner.cache.entry_count() as f64);
+        metrics::gauge!(telemetry::CACHE_ENTRIES).set(self.cache.entry_count() as f64);
     }
 }
 
@@ -603,6 +734,8 @@ pub struct ResolverBuilder {
     retries: u32,
     serve_stale_for: Duration,
     breaker: BreakerConfig,
+    #[cfg(feature = "redis")]
+    shared_cache: Option<RedisTier>,
 }
 
 impl Default for ResolverBuilder {
@@ -626,6 +759,8 @@ impl Default for ResolverBuilder {
                 threshold: 5,
                 cool_down: Duration::from_secs(2),
             },
+            #[cfg(feature = "redis")]
+            shared_cache: None,
         }
     }
 }
@@ -770,6 +905,18 @@ impl ResolverBuilder {
         }
     }
 
+    /// A second cache tier on Redis shared by every game-server node (feature `redis`): a local
+    /// miss looks there before calling the API, answers are written there with the same time
+    /// to live, and invalidations reach every node. Redis being down, slow or answering garbage
+    /// never fails a resolution. Default: none.
+    #[cfg(feature = "redis")]
+    pub fn shared_cache(self, tier: RedisTier) -> Self {
+        ResolverBuilder {
+            shared_cache: Some(tier),
+            ..self
+        }
+    }
+
     /// Checks the configuration and builds the resolver.
     ///
     /// # Errors
@@ -841,8 +988,16 @@ impl ResolverBuilder {
                 ConfigError::new("http client", format!("cannot start the HTTP client: {e}"))
             })?;
 
+        #[cfg(feature = "redis")]
+        let shared = self
+            .shared_cache
+            .clone()
+            .map(SharedCache::new)
+            .transpose()?;
         Ok(Resolver {
             inner: Arc::new(Inner {
+                #[cfg(feature = "redis")]
+                shared,
                 allow: AllowList::new(entries, self.allow_insecure_http),
                 default_endpoint: default.map(|(_, endpoint)| endpoint),
                 auth_required: self.auth_required,

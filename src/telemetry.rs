@@ -28,3 +28,7 @@ pub const CIRCUIT_REJECTIONS_TOTAL: &str = "token_resolver_circuit_rejections_to
 
 /// Counter: stale answers served because the auth API was unavailable (`serve_stale_for`).
 pub const STALE_SERVED_TOTAL: &str = "token_resolver_stale_served_total";
+
+/// Counter, label `op`: shared cache (Redis) operations that failed or timed out; the
+/// resolution went on without Redis.
+pub const SHARED_CACHE_ERRORS_TOTAL: &str = "token_resolver_shared_cache_errors_total";

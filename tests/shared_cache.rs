@@ -1,0 +1,319 @@
+//! The shared Redis tier against a real `redis-server` on a free loopback port: two resolvers
+//! in one process act as two game-server nodes, and API calls are counted at the API.
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+mod support;
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use redis_server::RedisServer;
+use support::{login_and_take_token, reference_api, resolver_for, Scripted};
+use token_resolver::shared_cache::RedisTier;
+use token_resolver::{ErrorCode, Resolver};
+
+const SECRET: &str = "test-secret-of-32-bytes-length!!";
+
+fn node(api_url: &str, redis: &RedisServer) -> Resolver {
+    resolver_for(api_url)
+        .shared_cache(RedisTier::new(redis.url(), SECRET).op_timeout(Duration::from_millis(200)))
+        .build()
+        .unwrap()
+}
+
+/// Waits up to 5 s for `condition`.
+async fn eventually(what: &str, condition: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_node_resolves_from_redis_with_no_api_call() {
+    // Pins down read-through: node B answers from what node A fetched, counted at the API.
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let api = reference_api().await;
+    let token = login_and_take_token(&api.base_url(), "alice", "wonderland").await;
+    let (a, b) = (node(&api.base_url(), &redis), node(&api.base_url(), &redis));
+
+    assert_eq!(
+        a.resolve(&api.base_url(), &token).await.unwrap().name,
+        "Alice"
+    );
+    eventually("A's answer reaches Redis", || redis.key_count() > 0).await;
+    let user = b.resolve(&api.base_url(), &token).await.unwrap();
+    assert_eq!((user.id, user.name.as_str()), (1, "Alice"));
+    assert_eq!(api.api().user_requests(), 1, "node B made no API call");
+    assert_eq!(b.stats().shared_hits, 1);
+    b.resolve(&api.base_url(), &token).await.unwrap();
+    assert_eq!(b.stats().hits, 1, "the Redis hit filled B's local cache");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejections_are_shared_too() {
+    // Pins down negative answers (401) travelling through Redis.
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let api = reference_api().await;
+    let (a, b) = (node(&api.base_url(), &redis), node(&api.base_url(), &redis));
+    assert_eq!(
+        a.resolve(&api.base_url(), "revoked")
+            .await
+            .unwrap_err()
+            .code(),
+        ErrorCode::TokenRejected
+    );
+    eventually("the rejection reaches Redis", || redis.key_count() > 0).await;
+    assert_eq!(
+        b.resolve(&api.base_url(), "revoked")
+            .await
+            .unwrap_err()
+            .code(),
+        ErrorCode::TokenRejected
+    );
+    assert_eq!(api.api().user_requests(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_is_nowhere_in_redis() {
+    // Pins down key derivation: no token text in any key or value, keys under the prefix.
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let api = reference_api().await;
+    let token = login_and_take_token(&api.base_url(), "bob", "builder").await;
+    let a = node(&api.base_url(), &redis);
+    a.resolve(&api.base_url(), &token).await.unwrap();
+    a.resolve(&api.base_url(), "a-rejected-token-value")
+        .await
+        .unwrap_err();
+    eventually("entries reach Redis", || redis.key_count() >= 3).await;
+
+    let dump = redis.dump();
+    let everything: Vec<u8> = dump
+        .iter()
+        .flat_map(|(k, vs)| {
+            k.iter()
+                .chain(vs.iter().flatten())
+                .copied()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let text = String::from_utf8_lossy(&everything);
+    assert!(!text.contains(&token), "the token is in Redis");
+    assert!(!text.contains("a-rejected-token-value"));
+    assert!(
+        text.contains("\"name\":\"Bob\""),
+        "the user's answer is there: {text}"
+    );
+    assert!(dump.iter().all(|(k, _)| k.starts_with(b"token-resolver:")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalidate_on_one_node_reaches_the_other() {
+    // Pins down cluster-wide invalidation: A's invalidate evicts B's local entry and Redis's.
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let api = reference_api().await;
+    let token = login_and_take_token(&api.base_url(), "carol", "carolina").await;
+    let (a, b) = (node(&api.base_url(), &redis), node(&api.base_url(), &redis));
+    a.resolve(&api.base_url(), &token).await.unwrap();
+    eventually("A's answer reaches Redis", || redis.key_count() > 0).await;
+    b.resolve(&api.base_url(), &token).await.unwrap();
+    eventually("B listens", || b.shared_cache_subscribed()).await;
+    assert_eq!(b.stats().entries, 1);
+
+    a.invalidate(&api.base_url(), &token);
+    eventually("B evicts the token", || b.stats().entries == 0).await;
+    let calls = api.api().user_requests();
+    b.resolve(&api.base_url(), &token).await.unwrap();
+    assert_eq!(
+        api.api().user_requests(),
+        calls + 1,
+        "B had to ask the API again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalidate_user_and_invalidate_all_reach_the_other_node() {
+    // Pins down invalidate_user (through the Redis user index) and invalidate_all.
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let api = reference_api().await;
+    let base = api.base_url();
+    let alice = login_and_take_token(&base, "alice", "wonderland").await;
+    let bob = login_and_take_token(&base, "bob", "builder").await;
+    let (a, b) = (node(&base, &redis), node(&base, &redis));
+    for t in [&alice, &bob] {
+        b.resolve(&base, t).await.unwrap();
+    }
+    eventually("B listens", || b.shared_cache_subscribed()).await;
+    eventually("both answers reach Redis", || redis.key_count() >= 4).await;
+
+    a.invalidate_user(&base, 1);
+    eventually("B evicts alice", || b.stats().entries == 1).await;
+    let calls = api.api().user_requests();
+    a.resolve(&base, &alice).await.unwrap();
+    assert_eq!(
+        api.api().user_requests(),
+        calls + 1,
+        "alice's answer left Redis too"
+    );
+
+    a.invalidate_all();
+    eventually("B is empty", || b.stats().entries == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_redis_costs_nothing_but_a_little_latency_and_recovers() {
+    // Pins down "Redis is never a single point of failure": with Redis down every resolution
+    // succeeds through the API, errors are counted, and sharing resumes once Redis is back.
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let api = Scripted::start(|n, _| async move { support::user_answer(n as i64, "p") }).await;
+    let (a, b) = (node(&api.url(), &redis), node(&api.url(), &redis));
+    redis.stop();
+
+    let started = Instant::now();
+    for i in 0..20 {
+        a.resolve(&api.url(), &format!("down-{i}")).await.unwrap();
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(a.stats().shared_errors > 0);
+
+    redis.restart();
+    // The tier rests a second after an error, then tries again by itself.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    a.resolve(&api.url(), "after").await.unwrap();
+    eventually("A writes to the restarted Redis", || redis.key_count() > 0).await;
+    let calls = api.requests();
+    b.resolve(&api.url(), "after").await.unwrap();
+    assert_eq!(api.requests(), calls, "B answered from Redis again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_and_restarting_redis_mid_run_loses_no_resolution() {
+    // Pins down that a Redis crash under load fails nothing.
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let api = Scripted::start(|n, _| async move { support::user_answer(n as i64, "p") }).await;
+    let resolver = node(&api.url(), &redis);
+    let url = api.url();
+    let load = {
+        let resolver = resolver.clone();
+        tokio::spawn(async move {
+            let mut done = 0;
+            for round in 0..30 {
+                for i in 0..20 {
+                    resolver
+                        .resolve(&url, &format!("r{round}-t{i}"))
+                        .await
+                        .unwrap();
+                    done += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            done
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::task::spawn_blocking(move || {
+        redis.restart();
+        std::thread::sleep(Duration::from_millis(100));
+        redis.restart();
+        redis
+    })
+    .await
+    .unwrap();
+    assert_eq!(load.await.unwrap(), 600);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_hole_redis_is_bounded_by_the_op_timeout() {
+    // Pins down "slow Redis": a server that accepts and never answers costs at most the op
+    // timeout, and the resolution succeeds through the API.
+    let hole = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", hole.local_addr().unwrap());
+    let _keep = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in hole.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    let api = Scripted::start(|_, _| async { support::user_answer(1, "p") }).await;
+    let resolver = resolver_for(&api.url())
+        .shared_cache(RedisTier::new(url, SECRET).op_timeout(Duration::from_millis(100)))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    assert_eq!(resolver.resolve(&api.url(), "t").await.unwrap().id, 1);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(resolver.stats().shared_errors >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_in_redis_is_ignored_and_the_api_answers() {
+    // Pins down "Redis answers garbage": a value this crate did not write is a miss, not a user.
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let api = Scripted::start(|_, _| async { support::user_answer(3, "real") }).await;
+    let (a, b) = (node(&api.url(), &redis), node(&api.url(), &redis));
+    a.resolve(&api.url(), "t").await.unwrap();
+    eventually("A's answer reaches Redis", || redis.key_count() > 0).await;
+    redis.overwrite_strings(r#"u{"id":666,"name":"forged","id":1}"#);
+    assert_eq!(b.resolve(&api.url(), "t").await.unwrap().name, "real");
+    assert_eq!(api.requests(), 2);
+    assert!(b.stats().shared_errors >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_re_subscribes_after_redis_restarts() {
+    // Pins down re-subscription: after a Redis restart, invalidations reach the node again.
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let api = Scripted::start(|_, _| async { support::user_answer(4, "p") }).await;
+    let (a, b) = (node(&api.url(), &redis), node(&api.url(), &redis));
+    b.resolve(&api.url(), "t").await.unwrap();
+    eventually("B listens", || b.shared_cache_subscribed()).await;
+    assert_eq!(b.stats().entries, 1);
+
+    let redis = tokio::task::spawn_blocking(move || {
+        redis.restart();
+        redis
+    })
+    .await
+    .unwrap();
+    // Invalidations sent while it was away are lost, so a re-subscribing node drops its cache.
+    eventually("B re-subscribes and drops what it may have missed", || {
+        b.stats().entries == 0
+    })
+    .await;
+    eventually("B listens again", || b.shared_cache_subscribed()).await;
+    b.resolve(&api.url(), "t").await.unwrap();
+    assert_eq!(b.stats().entries, 1);
+
+    tokio::time::sleep(Duration::from_millis(1100)).await; // A's tier may be resting after the restart
+    a.invalidate(&api.url(), "t");
+    eventually("B evicts the token", || b.stats().entries == 0).await;
+    drop(redis);
+}
