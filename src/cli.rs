@@ -33,6 +33,10 @@ pub enum Command {
     Resolve(ResolveArgs),
     /// Walk the seed's whole flow on loopback, printing each step.
     Demo,
+    /// Run a game server embedding the resolver (TCP, JSON lines: connect, search_room, join).
+    GameServer(GameServerArgs),
+    /// Check an integrator's user information API against the protocol; exit 1 on a failure.
+    Check(CheckArgs),
 }
 
 /// `serve-api` arguments.
@@ -89,6 +93,8 @@ pub async fn run(cli: Cli) -> ExitCode {
                 }
             }
         }
+        Command::GameServer(args) => game_server(args).await,
+        Command::Check(args) => check(args).await,
     }
 }
 
@@ -171,4 +177,212 @@ async fn resolve(args: ResolveArgs) -> ExitCode {
 
 fn error_line(code: &str, message: &str) -> String {
     serde_json::json!({ "error": code, "message": message }).to_string()
+}
+
+/// `game-server` arguments.
+#[derive(Debug, Args)]
+pub struct GameServerArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7350")]
+    pub listen: SocketAddr,
+    /// The default authUrl ("user resource acquisition API URL"): for connects and rooms
+    /// without one. Required while auth is required.
+    #[arg(long, value_name = "URL")]
+    pub auth_url: Option<String>,
+    /// A further authUrl rooms may name (repeatable); every room's authUrl must be allowed.
+    #[arg(long, value_name = "URL")]
+    pub allow_auth_url: Vec<String>,
+    /// JSON list of rooms: [{"roomId": "arena", "authUrl": "https://..."}]; without it, a
+    /// lobby (no authUrl) and an arena protected by --auth-url.
+    #[arg(long, value_name = "FILE")]
+    pub rooms: Option<PathBuf>,
+    /// The options-screen switch: false makes connects and joins anonymous, with no call.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub auth_required: bool,
+    /// Permit http:// to non-loopback auth APIs (sends tokens in the clear).
+    #[arg(long)]
+    pub allow_insecure_http: bool,
+    /// Connections open at once; more are refused with server_busy.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Seconds a connection may stay silent before it is closed.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub idle_timeout: u64,
+    /// Host that rooms advertise to clients (default: the listening IP).
+    #[arg(long, value_name = "HOST")]
+    pub advertise_host: Option<String>,
+}
+
+/// `check` arguments. `Debug` hides the token and the password.
+#[derive(Args)]
+pub struct CheckArgs {
+    /// The authUrl to check (the API's base URL, or its /api/user).
+    #[arg(long, value_name = "URL")]
+    pub auth_url: String,
+    /// A valid access token (or set TOKEN_RESOLVER_TOKEN); optional with credentials.
+    #[arg(long, env = "TOKEN_RESOLVER_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Log in with this username to check login -> access_token -> user.
+    #[arg(long, requires = "password", conflicts_with = "device_id")]
+    pub username: Option<String>,
+    /// The password for --username (or set TOKEN_RESOLVER_PASSWORD).
+    #[arg(
+        long,
+        env = "TOKEN_RESOLVER_PASSWORD",
+        hide_env_values = true,
+        requires = "username"
+    )]
+    pub password: Option<String>,
+    /// Log in with this device id instead of a password.
+    #[arg(long, value_name = "ID")]
+    pub device_id: Option<String>,
+    /// Calls for the latency percentiles.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub calls: usize,
+    /// Check an http:// URL on a non-loopback host (a warning instead of a failure).
+    #[arg(long)]
+    pub allow_insecure_http: bool,
+    /// Deadline for each request, in milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 5000)]
+    pub timeout_ms: u64,
+}
+
+impl std::fmt::Debug for CheckArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |v: &Option<String>| v.as_ref().map(|_| "[redacted]");
+        f.debug_struct("CheckArgs")
+            .field("auth_url", &self.auth_url)
+            .field("token", &hidden(&self.token))
+            .field("username", &self.username)
+            .field("password", &hidden(&self.password))
+            .field("device_id", &hidden(&self.device_id))
+            .field("calls", &self.calls)
+            .field("allow_insecure_http", &self.allow_insecure_http)
+            .field("timeout_ms", &self.timeout_ms)
+            .finish()
+    }
+}
+
+async fn game_server(args: GameServerArgs) -> ExitCode {
+    use crate::game_server::{GameServer, GameServerConfig, RoomConfig};
+
+    let usage = |message: String| {
+        eprintln!("error: {message}");
+        ExitCode::from(2)
+    };
+    let rooms = match &args.rooms {
+        Some(path) => match RoomConfig::load(path) {
+            Ok(rooms) => rooms,
+            Err(e) => return usage(e.to_string()),
+        },
+        None => RoomConfig::defaults(args.auth_url.as_deref()),
+    };
+    if args.auth_required {
+        let allowed: Vec<&str> = args
+            .auth_url
+            .iter()
+            .chain(&args.allow_auth_url)
+            .map(String::as_str)
+            .collect();
+        let uncovered = RoomConfig::uncovered_auth_urls(&rooms, &allowed, args.allow_insecure_http);
+        if let Some(url) = uncovered.first() {
+            return usage(format!(
+                "room authUrl {url:?} is not allowed, so every join to its room would fail: add --allow-auth-url {url}"
+            ));
+        }
+    }
+    let mut builder = Resolver::builder()
+        .auth_required(args.auth_required)
+        .allow_insecure_http(args.allow_insecure_http);
+    if let Some(url) = &args.auth_url {
+        builder = builder.default_auth_url(url);
+    }
+    for url in &args.allow_auth_url {
+        builder = builder.allow_auth_url(url);
+    }
+    let resolver = match builder.build() {
+        Ok(resolver) => resolver,
+        Err(e) => return usage(e.to_string()),
+    };
+    let config = GameServerConfig {
+        rooms,
+        max_connections: args.max_connections,
+        idle_timeout: Duration::from_secs(args.idle_timeout),
+        advertised_host: args.advertise_host.clone(),
+        ..GameServerConfig::default()
+    };
+    let server = match GameServer::new(resolver, config) {
+        Ok(server) => server,
+        Err(e) => return usage(e.to_string()),
+    };
+    let running = match server.spawn(args.listen).await {
+        Ok(running) => running,
+        Err(e) => {
+            eprintln!("error: cannot listen on {}: {e}", args.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    // Written with errors ignored: a closed stdout must not stop the server.
+    let mut banner = format!(
+        "game server listening on {} (JSON lines over TCP)\n",
+        running.local_addr()
+    );
+    match (&args.auth_url, args.auth_required) {
+        (_, false) => banner.push_str("auth: off (joins are anonymous)\n"),
+        (Some(url), true) => banner.push_str(&format!("auth: required, default authUrl {url}\n")),
+        (None, true) => {}
+    }
+    for room in running.rooms() {
+        let auth = room.auth_url();
+        let shown = if auth.is_empty() {
+            "(none: the default)".to_owned()
+        } else {
+            auth
+        };
+        banner.push_str(&format!("room {:<12} authUrl {shown}\n", room.room_id));
+    }
+    banner.push_str("messages: connect, search_room, join; Ctrl-C stops\n");
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(banner.as_bytes());
+    let _ = stdout.flush();
+    drop(stdout);
+    let _ = tokio::signal::ctrl_c().await;
+    running.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+async fn check(args: CheckArgs) -> ExitCode {
+    use crate::check::{self, CheckConfig, Login};
+
+    let login = match (&args.username, &args.password, &args.device_id) {
+        (Some(username), Some(password), _) => Some(Login::Password {
+            username: username.clone(),
+            password: password.clone(),
+        }),
+        (_, _, Some(device_id)) => Some(Login::Device {
+            device_id: device_id.clone(),
+        }),
+        _ => None,
+    };
+    let config = CheckConfig {
+        login,
+        calls: args.calls,
+        allow_insecure_http: args.allow_insecure_http,
+        timeout: Duration::from_millis(args.timeout_ms.max(1)),
+        ..CheckConfig::new(args.auth_url, args.token)
+    };
+    match check::run(&config).await {
+        Ok(report) => {
+            println!("{report}");
+            if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e} (see token-resolver check --help)");
+            ExitCode::from(2)
+        }
+    }
 }

@@ -1,213 +1,287 @@
-//! `token-resolver demo`: the seed's whole flow on loopback, each step printed, each outcome
-//! checked. The integrator's web API is the [reference API](crate::reference_api); the client
-//! is [`IntegratorClient`]; the game server is a [`Resolver`].
+//! `token-resolver demo`: the seed's whole flow with the three parties talking over real
+//! loopback sockets, each step printed, each outcome checked. The integrator's web API is the
+//! [reference API](crate::reference_api) (HTTP); the game server is a
+//! [`GameServer`](crate::game_server::GameServer) embedding a [`Resolver`] (TCP, JSON lines);
+//! the client is [`IntegratorClient`] for login and token plus
+//! [`GameClient`](crate::game_server::GameClient) for connect, room search and join.
 //!
 //! The demo is also a smoke test: a step whose outcome is not the expected one ends it with an
-//! error, so a zero exit status means the flow works.
+//! error, so a zero exit status means the flow works. The token is never printed.
 
 use std::io::Write;
 use std::time::Instant;
 
-use serde_json::{json, Map};
+use serde_json::Map;
 
-use crate::client::{IntegratorClient, RoomInfo, RoomJoinArgs};
+use crate::client::{IntegratorClient, RoomJoinArgs};
+use crate::game_server::{
+    GameClient, GameClientError, GameServer, GameServerConfig, Player, RoomConfig,
+};
 use crate::reference_api::{ApiConfig, ReferenceApi};
-use crate::{ConnectRequest, ErrorCode, Identity, JoinRequest, ResolveError, Resolver};
+use crate::{ErrorCode, Resolver, Stats};
 
 /// A demo step that did not turn out as expected.
 pub type DemoError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Width of the "what was done" column, so the outcomes line up.
+const STEP: usize = 44;
 
 /// Runs the demo, printing to `out`.
 ///
 /// # Errors
 ///
-/// When the reference API cannot start, or a step's outcome is not the expected one.
+/// When a server cannot start, or a step's outcome is not the expected one.
 pub async fn run(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
+    writeln!(
+        out,
+        "token-resolver demo: the seed's flow, three parties over real loopback sockets\n"
+    )?;
+
+    // The integrator's web API.
     let api = ReferenceApi::new(ApiConfig::default())?
         .spawn(([127, 0, 0, 1], 0).into())
         .await?;
     let base = api.base_url();
+    writeln!(out, "[integrator]  reference web API on {base} (HTTP)")?;
     writeln!(
         out,
-        "token-resolver demo: the seed's flow, three parties on loopback\n"
-    )?;
-    writeln!(out, "[integrator] reference web API on {base}")?;
-    writeln!(
-        out,
-        "             demo users: alice/wonderland, bob/builder, carol/carolina\n"
+        "              demo users: alice/wonderland, bob/builder, carol/carolina"
     )?;
 
+    // The game server, embedding a resolver whose default authUrl is the web API.
     let resolver = Resolver::builder().default_auth_url(&base).build()?;
+    let arena_auth_url = format!("{base}/");
+    let config = GameServerConfig {
+        rooms: RoomConfig::defaults(Some(&arena_auth_url)),
+        ..GameServerConfig::default()
+    };
+    let game = GameServer::new(resolver, config)?
+        .spawn(([127, 0, 0, 1], 0).into())
+        .await?;
     writeln!(
         out,
-        "[game server] resolver: default authUrl {base}, allowlist = the default only\n"
+        "[game server] tcp://{} (JSON lines), resolver default authUrl {base}",
+        game.local_addr()
+    )?;
+    writeln!(
+        out,
+        "              rooms: lobby (no authUrl: the default), arena (authUrl {arena_auth_url})\n"
     )?;
 
+    // The client: log in and take a token from the web API.
     let mut client = IntegratorClient::new(&base);
     let me = client.login_password("alice", "wonderland").await?;
-    writeln!(
+    step(
         out,
-        "[client] POST /api/login (alice)          -> id {} \"{}\", session cookie kept",
-        me.id, me.name
+        "[client] POST /api/login (alice)",
+        &format!("id {} {:?}, session cookie kept", me.id, me.name),
     )?;
-    let token_len = client.fetch_access_token().await?.secret().len();
-    writeln!(out, "[client] POST /api/access_token           -> access token, {token_len} chars (never printed)")?;
-    let token = client
-        .authorization_access_token
-        .as_ref()
-        .map(|t| t.secret().to_owned());
+    let token = client.fetch_access_token().await?.secret().to_owned();
+    step(
+        out,
+        "[client] POST /api/access_token",
+        &format!("access token, {} chars (never printed)", token.len()),
+    )?;
 
-    let connect = ConnectRequest {
-        access_token: token.clone(),
-    };
+    // ConnectMasterServer with the token: the game server resolves it (a miss: one call).
+    let mut player = GameClient::open(game.local_addr()).await?;
+    let before = game.resolver().stats();
     let started = Instant::now();
-    let who = resolver.resolve_connect(&connect).await?;
-    let user = expect_user(&who, me.id)?;
-    writeln!(
+    let user = player.connect(Some(&token)).await?;
+    let elapsed = ms(started);
+    let after = game.resolver().stats();
+    expect_player(&user, me.id)?;
+    let calls = after.upstream_calls - before.upstream_calls;
+    if calls != 1 {
+        return Err(format!("connect should have made 1 upstream call, made {calls}").into());
+    }
+    step(
         out,
-        "[game server] connect -> POST /api/user     -> authenticated: id {} \"{}\" ({} upstream call, {:.1} ms)",
-        user.id,
-        user.name,
-        api.api().user_requests(),
-        ms(started)
+        "[client] connect (token)",
+        &format!("connected as id {} {:?}", me.id, me.name),
+    )?;
+    step(
+        out,
+        "  [game server] POST /api/user",
+        &format!("cache miss, 1 upstream call, {elapsed:.1} ms"),
     )?;
 
-    let rooms = [
-        room("lobby", None),
-        room("arena", Some(json!(format!("{base}/")))),
-    ];
-    writeln!(
+    // SearchRoom: the rooms, the protected one carrying its authUrl.
+    let rooms = player.search_rooms().await?;
+    step(
         out,
-        "\n[client] SearchRoom                       -> {} rooms",
-        rooms.len()
+        "[client] SearchRoom",
+        &format!("{} rooms", rooms.len()),
     )?;
-    for r in &rooms {
-        let auth = r.auth_url();
+    for room in &rooms {
+        let auth = room.auth_url();
         let shown = if auth.is_empty() {
             "(none: the default)".to_owned()
         } else {
             auth
         };
-        writeln!(out, "           {:<8} authUrl {shown}", r.room_id)?;
-    }
-
-    for r in &rooms {
-        let args = RoomJoinArgs::new(r, Map::new());
-        let join = JoinRequest {
-            room_id: args.room_id.clone(),
-            auth_url: args.auth_url.clone(),
-            access_token: token.clone(),
-        };
-        let calls_before = api.api().user_requests();
-        let started = Instant::now();
-        let who = resolver.resolve_join(&join).await?;
-        let user = expect_user(&who, me.id)?;
-        let calls = api.api().user_requests() - calls_before;
-        if calls != 0 {
-            return Err(format!(
-                "join {} should have been a cache hit, made {calls} calls",
-                r.room_id
-            )
-            .into());
-        }
         writeln!(
             out,
-            "[game server] join {:<8} with its authUrl -> id {} \"{}\" (cache hit, 0 calls, {:.3} ms)",
-            r.room_id,
-            user.id,
-            user.name,
-            ms(started)
+            "           {:<8} {}:{}  authUrl {shown}",
+            room.room_id, room.host, room.port
         )?;
     }
-
-    writeln!(out)?;
-    let forged = JoinRequest {
-        room_id: "arena".into(),
-        auth_url: "https://vouches-for-anyone.example".into(),
-        access_token: token.clone(),
-    };
-    let err = expect_code(
-        resolver.resolve_join(&forged).await,
-        ErrorCode::AuthUrlNotAllowed,
-    )?;
-    writeln!(
-        out,
-        "[client] join with a forged authUrl        -> {} (no request sent): {err}",
-        err.code()
-    )?;
-
-    let made_up = ConnectRequest {
-        access_token: Some("made-up-token".into()),
-    };
-    let err = expect_code(
-        resolver.resolve_connect(&made_up).await,
-        ErrorCode::TokenRejected,
-    )?;
-    writeln!(
-        out,
-        "[client] connect with a made-up token      -> {}: {err}",
-        err.code()
-    )?;
-
-    let no_token = ConnectRequest::default();
-    let err = expect_code(
-        resolver.resolve_connect(&no_token).await,
-        ErrorCode::TokenMissing,
-    )?;
-    writeln!(
-        out,
-        "[client] connect without a token           -> {}",
-        err.code()
-    )?;
-
-    client.logout().await?;
-    if let Some(t) = &token {
-        resolver.invalidate(&base, t);
+    let arena = rooms
+        .iter()
+        .find(|r| r.room_id == "arena")
+        .ok_or("SearchRoom did not list the arena")?;
+    if arena.auth_url() != arena_auth_url {
+        return Err("the arena does not carry its authUrl in nodeProperties".into());
     }
-    let err = expect_code(
-        resolver.resolve_connect(&connect).await,
-        ErrorCode::TokenRejected,
-    )?;
-    writeln!(
+
+    // JoinRoom with each room's authUrl: both are cache hits of the connect's resolution.
+    for room in &rooms {
+        let args = RoomJoinArgs::new(room, Map::new());
+        let before = game.resolver().stats();
+        let started = Instant::now();
+        let joined = player.join(&args, Some(&token)).await?;
+        let elapsed = ms(started);
+        let after = game.resolver().stats();
+        expect_player(&joined.user, me.id)?;
+        expect_cache_hit(&before, &after, &room.room_id)?;
+        step(
+            out,
+            &format!("[client] JoinRoom {} with its authUrl", room.room_id),
+            &format!(
+                "joined as id {} (cache hit, 0 upstream calls, {elapsed:.2} ms)",
+                me.id
+            ),
+        )?;
+    }
+    // A connection is in one room at a time: the last join moved the player to the arena.
+    let in_arena = game.members("arena");
+    let in_lobby = game.members("lobby").len();
+    match in_arena.as_slice() {
+        [m] if in_lobby == 0 && m.identity.user().is_some_and(|u| u.id == me.id) => {}
+        _ => {
+            return Err(format!(
+                "the game server should hold the player in the arena only: arena {in_arena:?}, lobby {in_lobby}"
+            )
+            .into())
+        }
+    }
+    step(
         out,
-        "[client] logout; server invalidates; connect -> {} (the token was revoked)",
-        err.code()
+        "  [game server] members of arena",
+        &format!("id {} {:?}", me.id, me.name),
+    )?;
+    writeln!(out)?;
+
+    // A forged authUrl: refused by the game server before any request.
+    let mut forged = RoomJoinArgs::new(arena, Map::new());
+    forged.auth_url = "https://vouches-for-anyone.example".to_owned();
+    let before = (
+        game.resolver().stats().upstream_calls,
+        api.api().user_requests(),
+    );
+    let err = player.join(&forged, Some(&token)).await;
+    let code = expect_refused(err, ErrorCode::AuthUrlNotAllowed.as_str())?;
+    let after = (
+        game.resolver().stats().upstream_calls,
+        api.api().user_requests(),
+    );
+    if before != after {
+        return Err("the forged join made an upstream request".into());
+    }
+    step(
+        out,
+        "[client] JoinRoom arena, forged authUrl",
+        &format!("{code} (no request sent)"),
     )?;
 
-    let s = resolver.stats();
+    // A made-up token and no token.
+    let mut stranger = GameClient::open(game.local_addr()).await?;
+    let code = expect_refused(
+        stranger.connect(Some("made-up-token")).await,
+        ErrorCode::TokenRejected.as_str(),
+    )?;
+    step(
+        out,
+        "[client] connect with a made-up token",
+        &format!("{code} (the web API said 401)"),
+    )?;
+    let code = expect_refused(
+        stranger.connect(None).await,
+        ErrorCode::TokenMissing.as_str(),
+    )?;
+    step(
+        out,
+        "[client] connect without a token",
+        &format!("{code} (no request sent)"),
+    )?;
+
+    // Logout revokes the token; the game server is told and drops its cached answer.
+    client.logout().await?;
+    step(
+        out,
+        "[client] POST /api/logout",
+        "the session and its tokens end",
+    )?;
+    game.resolver().invalidate(&base, &token);
+    step(
+        out,
+        "  [game server] invalidate the token",
+        "its cached answer is dropped",
+    )?;
+    let code = expect_refused(
+        player.connect(Some(&token)).await,
+        ErrorCode::TokenRejected.as_str(),
+    )?;
+    step(
+        out,
+        "[client] connect with the revoked token",
+        &format!("{code} (the web API said 401)"),
+    )?;
+
+    let s = game.resolver().stats();
     writeln!(
         out,
-        "\n[game server] stats: {} hits, {} misses, {} negative hits, {} upstream calls, {} entries",
+        "\n[game server] resolver stats: {} hits, {} misses, {} negative hits, {} upstream calls, {} entries",
         s.hits, s.misses, s.negative_hits, s.upstream_calls, s.entries
     )?;
+    drop(player);
+    drop(stranger);
+    game.shutdown().await;
     api.shutdown().await;
     writeln!(out, "demo finished: every step turned out as expected")?;
     Ok(())
 }
 
-fn room(id: &str, auth_url: Option<serde_json::Value>) -> RoomInfo {
-    RoomInfo {
-        host: "127.0.0.1".into(),
-        port: 5055,
-        protocol: "tcp".into(),
-        room_id: id.into(),
-        node_properties: auth_url.map(|u| Map::from_iter([("authUrl".to_owned(), u)])),
-    }
+/// One line: what was done, padded, then what came of it.
+fn step(out: &mut (dyn Write + Send), what: &str, outcome: &str) -> std::io::Result<()> {
+    writeln!(out, "{what:<STEP$} -> {outcome}")
 }
 
-fn expect_user(who: &Identity, id: i64) -> Result<&crate::User, DemoError> {
-    match who.user() {
-        Some(user) if user.id == id => Ok(user),
+fn expect_player(user: &Option<Player>, id: i64) -> Result<(), DemoError> {
+    match user {
+        Some(p) if p.id == id => Ok(()),
         other => Err(format!("expected user {id}, got {other:?}").into()),
     }
 }
 
-fn expect_code<T: std::fmt::Debug>(
-    result: Result<T, ResolveError>,
-    code: ErrorCode,
-) -> Result<ResolveError, DemoError> {
+fn expect_cache_hit(before: &Stats, after: &Stats, room: &str) -> Result<(), DemoError> {
+    let calls = after.upstream_calls - before.upstream_calls;
+    let hits = after.hits - before.hits;
+    if calls != 0 || hits != 1 {
+        return Err(format!(
+            "join {room} should have been a cache hit; made {calls} calls, {hits} hits"
+        )
+        .into());
+    }
+    Ok(())
+}
+
+fn expect_refused<T: std::fmt::Debug>(
+    result: Result<T, GameClientError>,
+    code: &str,
+) -> Result<String, DemoError> {
     match result {
-        Err(e) if e.code() == code => Ok(e),
+        Err(e) if e.code() == Some(code) => Ok(code.to_owned()),
         other => Err(format!("expected {code}, got {other:?}").into()),
     }
 }

@@ -36,6 +36,10 @@
 //!   a client of the integrator's web API that logs in and takes an access token.
 //! - `reference_api` (feature `reference-api`): a reference integrator web API.
 //! - `demo` (feature `reference-api`): the seed's whole flow on loopback.
+//! - `game_server` (feature `reference-api`): a runnable game server embedding the resolver
+//!   (TCP, JSON lines: connect, search_room, join) and `GameClient`, its client.
+//! - `check` (feature `reference-api`): the conformance checker an integrator runs against
+//!   their own user information API.
 //! - `cli` (feature `cli`): the `token-resolver` command line.
 //!
 //! Features: `reference-api` (axum, argon2) and `cli` (clap, on top of it) are on by default
@@ -70,6 +74,8 @@ pub mod answer;
 pub mod auth_url;
 mod breaker;
 mod cache;
+#[cfg(feature = "reference-api")]
+pub mod check;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
@@ -77,6 +83,8 @@ pub mod client;
 pub mod demo;
 pub mod error;
 mod flight;
+#[cfg(feature = "reference-api")]
+pub mod game_server;
 #[cfg(feature = "reference-api")]
 pub mod reference_api;
 pub mod resolver;

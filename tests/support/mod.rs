@@ -186,3 +186,76 @@ pub async fn login_and_take_token(base_url: &str, username: &str, password: &str
         .unwrap();
     token["access_token"].as_str().unwrap().to_owned()
 }
+
+/// The token [`api_answering`] accepts.
+pub const GOOD_TOKEN: &str = "good-token";
+
+/// An upstream that checks the bearer token: `Bearer good-token` gets `valid(seen)`, anything
+/// else a conforming 401 with `WWW-Authenticate: Bearer`. For `check` tests that break one
+/// rule of the 200 answer at a time.
+pub async fn api_answering<F>(valid: F) -> Scripted
+where
+    F: Fn(&Seen) -> Response + Clone + Send + Sync + 'static,
+{
+    Scripted::start(move |_, seen| {
+        let valid = valid.clone();
+        async move {
+            if seen.header("authorization") == Some(&format!("Bearer {GOOD_TOKEN}")) {
+                valid(&seen)
+            } else {
+                respond(
+                    401,
+                    &[("www-authenticate", "Bearer error=\"invalid_token\"")],
+                    b"",
+                )
+            }
+        }
+    })
+    .await
+}
+
+/// A conforming 200 answer for user 7 "grace", with `Cache-Control` and JSON content type.
+pub fn conforming_answer() -> Response {
+    respond(
+        200,
+        &[
+            ("content-type", "application/json"),
+            ("cache-control", "private, max-age=30"),
+        ],
+        br#"{"id":7,"name":"grace"}"#,
+    )
+}
+
+/// A game server embedding `resolver`, serving `rooms`, on `127.0.0.1:0`.
+pub async fn game_server(
+    resolver: Resolver,
+    rooms: Vec<token_resolver::game_server::RoomConfig>,
+) -> token_resolver::game_server::RunningGameServer {
+    game_server_with(
+        resolver,
+        token_resolver::game_server::GameServerConfig {
+            rooms,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+pub async fn game_server_with(
+    resolver: Resolver,
+    config: token_resolver::game_server::GameServerConfig,
+) -> token_resolver::game_server::RunningGameServer {
+    token_resolver::game_server::GameServer::new(resolver, config)
+        .expect("valid game server config")
+        .spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .expect("game server binds to loopback")
+}
+
+/// A room `{roomId, authUrl?}`.
+pub fn room(id: &str, auth_url: Option<&str>) -> token_resolver::game_server::RoomConfig {
+    token_resolver::game_server::RoomConfig {
+        room_id: id.to_owned(),
+        auth_url: auth_url.map(str::to_owned),
+    }
+}
