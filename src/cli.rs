@@ -211,6 +211,13 @@ pub struct GameServerArgs {
     /// Host that rooms advertise to clients (default: the listening IP).
     #[arg(long, value_name = "HOST")]
     pub advertise_host: Option<String>,
+    /// Share cached answers and invalidations with other nodes through this Redis
+    /// (`redis://host:port`); the key-derivation secret comes from TOKEN_RESOLVER_REDIS_SECRET.
+    #[arg(long, value_name = "URL")]
+    pub redis_url: Option<String>,
+    /// Prefix of the shared tier's Redis keys and channel.
+    #[arg(long, value_name = "PREFIX", default_value = "token-resolver:", requires = "redis_url")]
+    pub redis_prefix: String,
 }
 
 /// `check` arguments. `Debug` hides the token and the password.
@@ -299,6 +306,13 @@ async fn game_server(args: GameServerArgs) -> ExitCode {
     }
     for url in &args.allow_auth_url {
         builder = builder.allow_auth_url(url);
+    }
+    if let Some(url) = &args.redis_url {
+        let Ok(secret) = std::env::var("TOKEN_RESOLVER_REDIS_SECRET") else {
+            return usage("--redis-url needs TOKEN_RESOLVER_REDIS_SECRET (at least 16 bytes, the same on every node)".to_owned());
+        };
+        let tier = crate::shared_cache::RedisTier::new(url, secret).key_prefix(&args.redis_prefix);
+        builder = builder.shared_cache(tier);
     }
     let resolver = match builder.build() {
         Ok(resolver) => resolver,
