@@ -72,7 +72,7 @@ impl Endpoint {
                     host_of(&url)
                 ))
             }
-            other => return Err(format!("scheme {other:?} is not http or https")),
+            _ => return Err("the scheme is not http or https".to_owned()),
         }
         if url.host().is_none() {
             return Err("no host".to_owned());
@@ -86,12 +86,25 @@ impl Endpoint {
         if url.fragment().is_some() {
             return Err("it carries a fragment (#...)".to_owned());
         }
+        // An upstream that decodes %2F or %5C before routing would see other segments than the
+        // allowlist did: `/game/..%2Fadmin` is one segment here, two there.
+        let lower = url.path().to_ascii_lowercase();
+        if lower.contains("%2f") || lower.contains("%5c") {
+            return Err("its path has an encoded slash or backslash (%2F, %5C)".to_owned());
+        }
         let path = url.path().trim_end_matches('/');
         let (base_path, endpoint_path) = match path.strip_suffix(USER_PATH) {
             Some(base) => (base.to_owned(), path.to_owned()),
             None => (path.to_owned(), format!("{path}{USER_PATH}")),
         };
         url.set_path(&endpoint_path);
+        // Normalising lengthens a URL (`/api/user`, percent-encoding): the limit holds for the
+        // endpoint too, so that an endpoint always parses again to itself.
+        if url.as_str().len() > MAX_AUTH_URL_BYTES {
+            return Err(format!(
+                "longer than {MAX_AUTH_URL_BYTES} bytes once normalised"
+            ));
+        }
         Ok(Endpoint {
             origin: url.origin().ascii_serialization(),
             base_path,
@@ -293,6 +306,15 @@ mod tests {
     }
 
     #[test]
+    fn an_endpoint_lengthened_past_the_limit_by_normalising_is_refused() {
+        let url = format!("https://a.example/{}", "a".repeat(MAX_AUTH_URL_BYTES - 20));
+        assert!(url.len() <= MAX_AUTH_URL_BYTES);
+        assert!(Endpoint::parse(&url, false)
+            .unwrap_err()
+            .contains("once normalised"));
+    }
+
+    #[test]
     fn refuses_an_overlong_url_without_parsing() {
         let long = format!("https://a.example/{}", "a".repeat(MAX_AUTH_URL_BYTES));
         assert!(Endpoint::parse(&long, false)
@@ -313,6 +335,8 @@ mod tests {
             "https://a.example/gam",
             "https://a.example/game/../admin",
             "https://a.example/game/%2e%2e/admin",
+            "https://a.example/game/%2e%2e%2Fadmin",
+            "https://a.example/game/x%5c..%5cadmin",
             "https://a.example:444/game",
             "https://b.example/game",
             "http://a.example/game",
