@@ -1,22 +1,8 @@
-//! The `/api/user` answer parser: any bytes, any Cache-Control. An accepted answer must
-//! re-serialise to the same id and name and parse again to the same user.
+//! The `/api/user` answer parser and Cache-Control: see `check_answer` in `../properties.rs`
+//! for the properties and `fuzz_answer` for the input format.
 #![no_main]
 
-use arbitrary::Arbitrary;
-use libfuzzer_sys::fuzz_target;
-use token_resolver::answer::{parse_cache_control, parse_user};
+#[path = "../properties.rs"]
+mod properties;
 
-#[derive(Debug, Arbitrary)]
-struct Input<'a> {
-    body: &'a [u8],
-    cache_control: Option<&'a str>,
-}
-
-fuzz_target!(|input: Input<'_>| {
-    let _ = parse_cache_control(input.cache_control);
-    if let Ok(user) = parse_user(input.body) {
-        let again = serde_json::to_vec(&user).expect("a parsed user serialises");
-        let reparsed = parse_user(&again).expect("a serialised user parses");
-        assert_eq!(reparsed, user);
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| properties::fuzz_answer(data));
