@@ -1,49 +1,195 @@
-//! The hit path: `resolve` of a cached token against a bare moka `get` of the same key type.
-//! (The full suite of issue 4 builds on this file.)
+//! The hit path: `resolve` of a cached token, next to the caches a user could pick instead.
+//!
+//! - `hit` (one task): `resolve` of a cached token; a bare moka `get` of the same key type,
+//!   built and configured as the resolver's cache (capacity, per-entry time to live, look-up
+//!   through `Borrow<dyn KeyView>` without building a key): the cost of the cache we chose;
+//!   a `RwLock<HashMap>` look-up, the floor; and `quick_cache`, the fastest alternative.
+//!   Each holds the same 1,000 entries. Target: `resolve` <= 1.3x `moka_get` and < 500 ns.
+//! - `hit_contended`: 1, 2 and 8 tasks on a 2-worker multi-thread runtime, each resolving
+//!   cached tokens (different ones per task, as different players); throughput in
+//!   resolutions/s, next to the same load on the bare moka cache. Target: 2 tasks >= 1.6x the
+//!   throughput of 1.
+//!
+//! `cargo bench --bench resolve`; the README's "Performance" section has numbers.
 
-use std::sync::Arc;
+mod support;
 
-use criterion::{criterion_group, criterion_main, Criterion};
-use token_resolver::reference_api::{ApiConfig, ReferenceApi};
+use std::hint::black_box;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use support::{token, Key, KeyRef, KeyView, Upstream, UpstreamConfig, Value};
 use token_resolver::Resolver;
 
+/// Entries in every cache of the `hit` group.
+const ENTRIES: usize = 1_000;
+
+/// A resolver with `ENTRIES` tokens cached from a loopback upstream, and the baseline caches
+/// holding the same keys.
+struct Fixture {
+    rt: tokio::runtime::Runtime,
+    /// Kept alive for the resolver's warm-up; hits never reach it.
+    _upstream: Upstream,
+    resolver: Resolver,
+    base: String,
+    /// The resolver's normalised endpoint, the first half of every baseline key.
+    endpoint: String,
+    tokens: Arc<Vec<String>>,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let rt = support::runtime();
+        let upstream = Upstream::start(UpstreamConfig::default());
+        let base = upstream.base();
+        let resolver = support::resolver(&base);
+        let tokens: Vec<String> = (0..ENTRIES as u64).map(|i| token('h', i)).collect();
+        rt.block_on(async {
+            for t in &tokens {
+                resolver
+                    .resolve(&base, t)
+                    .await
+                    .expect("the warm-up resolves");
+            }
+        });
+        assert_eq!(upstream.calls(), ENTRIES as u64, "one call per token");
+        Fixture {
+            rt,
+            endpoint: upstream.user_url(),
+            _upstream: upstream,
+            resolver,
+            base,
+            tokens: Arc::new(tokens),
+        }
+    }
+
+    fn keys(&self) -> impl Iterator<Item = (Key, Value)> + '_ {
+        let endpoint: Arc<str> = Arc::from(self.endpoint.as_str());
+        self.tokens.iter().enumerate().map(move |(i, t)| {
+            let key = Key {
+                endpoint: endpoint.clone(),
+                token: t.as_str().into(),
+            };
+            (key, Value::user(i as i64 + 1))
+        })
+    }
+
+    fn moka(&self) -> moka::sync::Cache<Key, Value> {
+        let cache = support::moka_cache(100_000);
+        for (k, v) in self.keys() {
+            cache.insert(k, v);
+        }
+        cache.run_pending_tasks();
+        cache
+    }
+}
+
 fn hit(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (resolver, base, token, _api) = rt.block_on(async {
-        let api = ReferenceApi::new(ApiConfig::default())
-            .unwrap()
-            .spawn(([127, 0, 0, 1], 0).into())
-            .await
-            .unwrap();
-        let base = api.base_url();
-        let mut client = token_resolver::client::IntegratorClient::new(&base);
-        client.login_password("alice", "wonderland").await.unwrap();
-        let token = client
-            .fetch_access_token()
-            .await
-            .unwrap()
-            .secret()
-            .to_owned();
-        let resolver = Resolver::builder().default_auth_url(&base).build().unwrap();
-        resolver.resolve(&base, &token).await.unwrap();
-        (resolver, base, token, api)
-    });
+    let f = Fixture::new();
+    let hot = &f.tokens[ENTRIES / 2];
+    let key = KeyRef {
+        endpoint: &f.endpoint,
+        token: hot,
+    };
+    let key = &key as &dyn KeyView;
+
+    let moka = f.moka();
+    let rwlock = RwLock::new(f.keys().collect::<std::collections::HashMap<_, _>>());
+    let quick = quick_cache::sync::Cache::<Key, Value>::new(ENTRIES * 2);
+    for (k, v) in f.keys() {
+        quick.insert(k, v);
+    }
+    assert!(moka.get(key).is_some() && quick.get(key).is_some());
 
     let mut group = c.benchmark_group("hit");
+    group.throughput(Throughput::Elements(1));
     group.bench_function("resolve", |b| {
-        b.to_async(&rt)
-            .iter(|| async { resolver.resolve(&base, &token).await.unwrap() })
+        b.to_async(&f.rt)
+            .iter(|| async { f.resolver.resolve(&f.base, hot).await.unwrap() })
     });
-    let moka: moka::sync::Cache<(Arc<str>, Box<str>), Arc<u64>> = moka::sync::Cache::new(1000);
-    let key: (Arc<str>, Box<str>) = (Arc::from(base.as_str()), token.clone().into_boxed_str());
-    moka.insert(key.clone(), Arc::new(1));
-    group.bench_function("moka_get", |b| b.iter(|| moka.get(&key).unwrap()));
+    group.bench_function("moka_get", |b| b.iter(|| moka.get(key).unwrap()));
+    group.bench_function("rwlock_hashmap", |b| {
+        b.iter(|| rwlock.read().unwrap().get(key).cloned().unwrap())
+    });
+    group.bench_function("quick_cache", |b| b.iter(|| quick.get(key).unwrap()));
     group.finish();
 }
 
-criterion_group!(benches, hit);
+/// Runs `tasks` tasks of `iters` look-ups each, task `t` starting at its own token, and gives
+/// the wall time until the last one is done.
+async fn run_tasks<F, Fut>(tasks: usize, iters: u64, lookups: F) -> Duration
+where
+    F: Fn(usize, u64) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let start = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| tokio::spawn(lookups(t, iters)))
+        .collect();
+    for handle in handles {
+        handle.await.expect("a bench task");
+    }
+    start.elapsed()
+}
+
+/// Where task `t` starts in the token list, so tasks touch different entries.
+fn offset(t: usize) -> usize {
+    t * (ENTRIES / 8) + 1
+}
+
+fn hit_contended(c: &mut Criterion) {
+    let f = Fixture::new();
+    let moka = f.moka();
+    let endpoint: Arc<str> = Arc::from(f.endpoint.as_str());
+
+    let mut group = c.benchmark_group("hit_contended");
+    for tasks in [1usize, 2, 8] {
+        // One iteration is one look-up in each task: throughput is look-ups per second overall.
+        group.throughput(Throughput::Elements(tasks as u64));
+        group.bench_with_input(BenchmarkId::new("resolve", tasks), &tasks, |b, &tasks| {
+            b.iter_custom(|iters| {
+                f.rt.block_on(run_tasks(tasks, iters, |t, iters| {
+                    let (resolver, base, tokens) =
+                        (f.resolver.clone(), f.base.clone(), f.tokens.clone());
+                    async move {
+                        let mut i = offset(t);
+                        for _ in 0..iters {
+                            i = if i + 1 == ENTRIES { 0 } else { i + 1 };
+                            black_box(resolver.resolve(&base, &tokens[i]).await.unwrap());
+                        }
+                    }
+                }))
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("moka_get", tasks), &tasks, |b, &tasks| {
+            b.iter_custom(|iters| {
+                f.rt.block_on(run_tasks(tasks, iters, |t, iters| {
+                    let (moka, endpoint, tokens) =
+                        (moka.clone(), endpoint.clone(), f.tokens.clone());
+                    async move {
+                        let mut i = offset(t);
+                        for _ in 0..iters {
+                            i = if i + 1 == ENTRIES { 0 } else { i + 1 };
+                            let key = KeyRef {
+                                endpoint: &endpoint,
+                                token: &tokens[i],
+                            };
+                            black_box(moka.get(&key as &dyn KeyView).unwrap());
+                        }
+                    }
+                }))
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = hit, hit_contended
+}
 criterion_main!(benches);

@@ -37,6 +37,8 @@ pub enum Command {
     GameServer(GameServerArgs),
     /// Check an integrator's user information API against the protocol; exit 1 on a failure.
     Check(CheckArgs),
+    /// Measure throughput, latency and memory against the baselines; print one table.
+    Load(crate::load::LoadArgs),
 }
 
 /// `serve-api` arguments.
@@ -95,6 +97,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
         Command::GameServer(args) => game_server(args).await,
         Command::Check(args) => check(args).await,
+        Command::Load(args) => crate::load::run(args).await,
     }
 }
 
@@ -216,7 +219,12 @@ pub struct GameServerArgs {
     #[arg(long, value_name = "URL")]
     pub redis_url: Option<String>,
     /// Prefix of the shared tier's Redis keys and channel.
-    #[arg(long, value_name = "PREFIX", default_value = "token-resolver:", requires = "redis_url")]
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        default_value = "token-resolver:",
+        requires = "redis_url"
+    )]
     pub redis_prefix: String,
 }
 

@@ -41,6 +41,7 @@
 //! - `check` (feature `reference-api`): the conformance checker an integrator runs against
 //!   their own user information API.
 //! - `cli` (feature `cli`): the `token-resolver` command line.
+//! - `load` (feature `cli`): `token-resolver load`, the throughput and memory harness.
 //!
 //! Features: `reference-api` (axum, argon2) and `cli` (clap, on top of it) are on by default
 //! for the binary. A game server that embeds the resolver depends with
@@ -85,6 +86,8 @@ pub mod error;
 mod flight;
 #[cfg(feature = "reference-api")]
 pub mod game_server;
+#[cfg(feature = "cli")]
+pub mod load;
 #[cfg(feature = "reference-api")]
 pub mod reference_api;
 pub mod resolver;

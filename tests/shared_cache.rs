@@ -329,7 +329,15 @@ impl GameServerProcess {
     async fn start(api_url: &str, redis: &RedisServer) -> GameServerProcess {
         use std::io::BufRead;
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_token-resolver"))
-            .args(["game-server", "--listen", "127.0.0.1:0", "--auth-url", api_url, "--redis-url", &redis.url()])
+            .args([
+                "game-server",
+                "--listen",
+                "127.0.0.1:0",
+                "--auth-url",
+                api_url,
+                "--redis-url",
+                &redis.url(),
+            ])
             .env("TOKEN_RESOLVER_REDIS_SECRET", SECRET)
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::piped())
@@ -348,7 +356,11 @@ impl GameServerProcess {
             .split_whitespace()
             .find_map(|w| w.parse().ok())
             .unwrap_or_else(|| panic!("no address in {first:?}"));
-        GameServerProcess { child, addr, _stdout: reader }
+        GameServerProcess {
+            child,
+            addr,
+            _stdout: reader,
+        }
     }
 
     /// Joins the arena (protected by the default authUrl) with `token`; the user's name.
@@ -357,8 +369,14 @@ impl GameServerProcess {
         use token_resolver::game_server::GameClient;
         let mut client = GameClient::open(self.addr).await.unwrap();
         let rooms = client.search_rooms().await.unwrap();
-        let arena = rooms.iter().find(|r| r.room_id == "arena").expect("an arena");
-        let joined = client.join(&RoomJoinArgs::new(arena, Default::default()), Some(token)).await.unwrap();
+        let arena = rooms
+            .iter()
+            .find(|r| r.room_id == "arena")
+            .expect("an arena");
+        let joined = client
+            .join(&RoomJoinArgs::new(arena, Default::default()), Some(token))
+            .await
+            .unwrap();
         joined.user.expect("auth is on").name
     }
 }
@@ -374,7 +392,9 @@ impl Drop for GameServerProcess {
 async fn two_game_server_processes_share_one_redis() {
     // Pins down the deployment the tier exists for: a player joins on one game-server process,
     // then on another, and the integrator's API is called once.
-    let Some(redis) = RedisServer::start() else { return };
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
     let api = reference_api().await;
     let token = login_and_take_token(&api.base_url(), "alice", "wonderland").await;
     let one = GameServerProcess::start(&api.base_url(), &redis).await;
@@ -383,5 +403,9 @@ async fn two_game_server_processes_share_one_redis() {
     assert_eq!(one.join_arena(&token).await, "Alice");
     eventually("node one's answer reaches Redis", || redis.key_count() > 0).await;
     assert_eq!(two.join_arena(&token).await, "Alice");
-    assert_eq!(api.api().user_requests(), 1, "the second process answered from Redis");
+    assert_eq!(
+        api.api().user_requests(),
+        1,
+        "the second process answered from Redis"
+    );
 }

@@ -1,0 +1,335 @@
+//! Allocations on the hit path, counted by a counting global allocator.
+//!
+//! Counts the heap allocations made on the measuring thread per cache hit of `resolve`,
+//! `resolve_connect` and `resolve_join`, next to a bare moka `get` of the same key and value
+//! types configured as the resolver's cache (the allocations moka itself makes, if any), and,
+//! for scale, per miss. Target: a hit allocates nothing beyond what moka does.
+//!
+//! Also the live heap bytes per cached entry, for the resolver filled through its public API
+//! and for the bare moka cache filled directly, with 43-byte tokens and 16-byte names: what
+//! `token-resolver load` measures as RSS, without the allocator's and the process's overhead.
+//!
+//! `cargo bench --bench alloc` prints one table; it is not a criterion bench (a global
+//! allocator would slow every other bench down). `-- --hits-only` runs only the hit loops, for
+//! `valgrind --tool=callgrind`.
+
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use support::{token, Key, KeyRef, KeyView, Upstream, UpstreamConfig, Value};
+use token_resolver::{ConnectRequest, JoinRequest, Resolver};
+
+/// Counts allocations made on threads that asked to be counted, and live bytes on all threads.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+static LIVE_ALLOCS: AtomicI64 = AtomicI64::new(0);
+
+thread_local! {
+    static COUNTED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn note_alloc(size: usize) {
+    LIVE_BYTES.fetch_add(size as i64, Ordering::Relaxed);
+    LIVE_ALLOCS.fetch_add(1, Ordering::Relaxed);
+    if COUNTED.with(Cell::get) {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the counters are atomics
+// and a const-initialised thread-local, which allocate nothing.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note_alloc(layout.size());
+        System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note_alloc(layout.size());
+        System.alloc_zeroed(layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note_alloc(new_size);
+        LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        LIVE_ALLOCS.fetch_sub(1, Ordering::Relaxed);
+        System.realloc(ptr, layout, new_size)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        LIVE_ALLOCS.fetch_sub(1, Ordering::Relaxed);
+        System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations made on this thread while `f` runs.
+fn count<R>(f: impl FnOnce() -> R) -> (u64, R) {
+    COUNTED.with(|c| c.set(true));
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let result = f();
+    let after = ALLOCATIONS.load(Ordering::Relaxed);
+    COUNTED.with(|c| c.set(false));
+    (after - before, result)
+}
+
+/// Hits per measurement.
+const HITS: u64 = 200_000;
+/// Misses per measurement.
+const MISSES: u64 = 2_000;
+/// Entries for the bytes-per-entry fills.
+const FILL: u64 = 100_000;
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter or `--list` from the harness is ignored.
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    // One thread does everything: the runtime, the resolver, and the connection tasks.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let upstream = Upstream::start(UpstreamConfig::default());
+    let base = upstream.base();
+    let resolver = support::resolver(&base);
+    let hot = token('a', 0);
+    rt.block_on(resolver.resolve(&base, &hot)).unwrap();
+
+    let per = |n: u64, total: u64| total as f64 / n as f64;
+    let mut rows: Vec<(&str, f64)> = Vec::new();
+
+    let (total, _) = count(|| {
+        rt.block_on(async {
+            for _ in 0..HITS {
+                black_box(resolver.resolve(&base, &hot).await.unwrap());
+            }
+        })
+    });
+    let resolve_hit = per(HITS, total);
+    rows.push(("resolve, hit", resolve_hit));
+
+    let connect = ConnectRequest {
+        access_token: Some(hot.clone()),
+    };
+    let (total, _) = count(|| {
+        rt.block_on(async {
+            for _ in 0..HITS {
+                black_box(resolver.resolve_connect(&connect).await.unwrap());
+            }
+        })
+    });
+    rows.push(("resolve_connect, hit", per(HITS, total)));
+
+    let join = JoinRequest {
+        room_id: "arena-1".into(),
+        auth_url: base.clone(),
+        access_token: Some(hot.clone()),
+    };
+    let (total, _) = count(|| {
+        rt.block_on(async {
+            for _ in 0..HITS {
+                black_box(resolver.resolve_join(&join).await.unwrap());
+            }
+        })
+    });
+    rows.push(("resolve_join, hit", per(HITS, total)));
+
+    let moka = support::moka_cache(100_000);
+    let endpoint = upstream.user_url();
+    moka.insert(
+        Key {
+            endpoint: Arc::from(endpoint.as_str()),
+            token: hot.as_str().into(),
+        },
+        Value::user(1),
+    );
+    let key = KeyRef {
+        endpoint: &endpoint,
+        token: &hot,
+    };
+    let (total, _) = count(|| {
+        for _ in 0..HITS {
+            black_box(moka.get(&key as &dyn KeyView).unwrap());
+        }
+    });
+    let moka_hit = per(HITS, total);
+    rows.push(("bare moka get (same key and value types)", moka_hit));
+
+    // `--hits-only`: stop here, e.g. to run the hit loops under `valgrind --tool=callgrind`.
+    let hits_only = std::env::args().any(|a| a == "--hits-only");
+    // `--no-fill`: stop after the per-call counts, e.g. to profile misses under callgrind.
+    let no_fill = hits_only || std::env::args().any(|a| a == "--no-fill");
+    let misses: Vec<String> = (0..if hits_only { 0 } else { MISSES })
+        .map(|i| token('m', i))
+        .collect();
+    let (total, _) = count(|| {
+        rt.block_on(async {
+            for t in &misses {
+                black_box(resolver.resolve(&base, t).await.unwrap());
+            }
+        })
+    });
+    rows.push((
+        "resolve, miss (client side, connection task included)",
+        per(MISSES, total),
+    ));
+
+    // The same calls by hand, for scale: each client's connection is open before counting.
+    let url = upstream.user_url();
+    let naive = reqwest::Client::new();
+    let hyper = support::hyper_client();
+    let uri: axum::http::Uri = url.parse().unwrap();
+    rt.block_on(support::naive_resolve(&naive, &url, &token('x', 0)));
+    rt.block_on(support::hyper_post(&hyper, &uri, &token('x', 0)));
+    let (total, _) = count(|| {
+        rt.block_on(async {
+            for t in &misses {
+                black_box(support::naive_resolve(&naive, &url, t).await);
+            }
+        })
+    });
+    rows.push((
+        "naive reqwest POST + serde_json, per call",
+        per(MISSES, total),
+    ));
+    let (total, _) = count(|| {
+        rt.block_on(async {
+            for t in &misses {
+                black_box(support::hyper_post(&hyper, &uri, t).await);
+            }
+        })
+    });
+    rows.push(("bare hyper POST, per call", per(MISSES, total)));
+
+    // A future is moved by copying all of it, whatever state it is in: on a hit, its size is
+    // paid in `memcpy` each time the resolver moves it (e.g. into `tracing::Instrumented`).
+    let future_bytes = std::mem::size_of_val(&resolver.resolve(&base, &hot));
+    println!("size of the future `resolve` returns: {future_bytes} bytes");
+    println!("allocations per call, on the calling thread ({HITS} hits, {MISSES} misses):");
+    for (what, n) in &rows {
+        println!("  {what:<56} {n:>8.2}");
+    }
+    let extra = resolve_hit - moka_hit;
+    println!(
+        "target: no allocation per hit beyond moka's: resolve hit {resolve_hit:.2} - moka get \
+         {moka_hit:.2} = {extra:.2} -> {}",
+        if extra < 0.01 { "met" } else { "MISSED" }
+    );
+
+    if no_fill {
+        return;
+    }
+
+    // Live heap bytes and allocations per entry. The resolver is filled through `resolve`
+    // against the upstream; its connection is open and its pool warm before counting, so the
+    // delta is the cache. Every cache has the same capacity (moka sizes its frequency sketch
+    // by it).
+    let fill_resolver = fill_resolver(&base);
+    let tokens: Vec<String> = (0..FILL).map(|i| token('f', i)).collect();
+    rt.block_on(fill_resolver.resolve(&base, &token('w', 0)))
+        .unwrap();
+    let before = fill_resolver.stats().entries;
+    let (bytes, allocs) = live(|| {
+        rt.block_on(async {
+            for t in &tokens {
+                fill_resolver.resolve(&base, t).await.unwrap();
+            }
+        });
+        fill_resolver.stats();
+    });
+    let entries = fill_resolver.stats().entries - before;
+    let mut fills = vec![(
+        "resolver, filled through resolve".to_owned(),
+        bytes,
+        allocs,
+        entries,
+    )];
+
+    let endpoint: Arc<str> = Arc::from(endpoint.as_str());
+    for (what, moka) in [
+        (
+            "bare moka, same types, per-entry expiry (as the resolver)",
+            support::moka_cache(CAPACITY),
+        ),
+        (
+            "bare moka, same types, one time_to_live for all",
+            moka::sync::Cache::builder()
+                .max_capacity(CAPACITY)
+                .time_to_live(std::time::Duration::from_secs(3600))
+                .build(),
+        ),
+    ] {
+        moka.run_pending_tasks();
+        let (bytes, allocs) = live(|| {
+            for (i, t) in tokens.iter().enumerate() {
+                let key = Key {
+                    endpoint: endpoint.clone(),
+                    token: t.as_str().into(),
+                };
+                moka.insert(key, Value::user(i as i64));
+            }
+            moka.run_pending_tasks();
+        });
+        fills.push((what.to_owned(), bytes, allocs, moka.entry_count()));
+    }
+
+    let quick = quick_cache::sync::Cache::<Key, Value>::new(CAPACITY as usize);
+    let (bytes, allocs) = live(|| {
+        for (i, t) in tokens.iter().enumerate() {
+            let key = Key {
+                endpoint: endpoint.clone(),
+                token: t.as_str().into(),
+            };
+            quick.insert(key, Value::user(i as i64));
+        }
+    });
+    fills.push((
+        "quick_cache, same types (no expiry)".to_owned(),
+        bytes,
+        allocs,
+        quick.len() as u64,
+    ));
+
+    println!("per cached entry (43-byte token, 16-byte name), {FILL} entries: live heap bytes, live allocations");
+    for (what, bytes, allocs, entries) in fills {
+        println!(
+            "  {what:<60} {:>6.0} B {:>6.2}",
+            bytes as f64 / entries as f64,
+            allocs as f64 / entries as f64
+        );
+    }
+}
+
+/// Capacity of every cache in the fills: room for all, so nothing is evicted.
+const CAPACITY: u64 = FILL + 16;
+
+/// Heap bytes and allocations still live after `f`, less those live before.
+fn live(f: impl FnOnce()) -> (i64, i64) {
+    let (bytes, allocs) = (
+        LIVE_BYTES.load(Ordering::Relaxed),
+        LIVE_ALLOCS.load(Ordering::Relaxed),
+    );
+    f();
+    (
+        LIVE_BYTES.load(Ordering::Relaxed) - bytes,
+        LIVE_ALLOCS.load(Ordering::Relaxed) - allocs,
+    )
+}
+
+/// The resolver used for the fill: room for every entry, nothing expires during the run.
+fn fill_resolver(base: &str) -> Resolver {
+    Resolver::builder()
+        .default_auth_url(base)
+        .cache_ttl(std::time::Duration::from_secs(3600))
+        .max_cache_entries(CAPACITY)
+        .build()
+        .unwrap()
+}

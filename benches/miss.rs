@@ -1,0 +1,234 @@
+//! The miss path and coalescing, against an in-process loopback upstream.
+//!
+//! - `miss`: each resolution is of a token never seen before, so each makes the upstream call
+//!   (and caches its answer, as a real miss does), on a 2-worker multi-thread runtime. In the
+//!   same group: a bare hyper client POST to the same server, the floor for a network miss, and
+//!   a naive reqwest POST + serde_json parse per call with no cache, what an integrator writes
+//!   by hand. Targets: `resolve` <= 1.25x `hyper_floor`, and no slower than `reqwest_naive`.
+//! - `coalesce`: 1,000 tasks resolving one cold token at once. Checked outside the timed loop:
+//!   the server saw exactly one call per iteration; with the answers held back until all 1,000
+//!   have joined (and `no-store`, so nothing is served from the cache), exactly one call; and N
+//!   distinct tokens resolved 10 times each at once make exactly N calls.
+//!
+//! The upstream runs on its own thread and runtime, so that it does not take the measured
+//! runtime's workers; both share the machine's 2 cores. `cargo bench --bench miss`.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use support::{token, Upstream, UpstreamConfig};
+use token_resolver::Resolver;
+
+/// Tokens for `iters` iterations, each never used before by this process.
+fn fresh_tokens(set: char, next: &AtomicU64, iters: u64) -> Vec<String> {
+    let first = next.fetch_add(iters, Ordering::Relaxed);
+    (first..first + iters).map(|i| token(set, i)).collect()
+}
+
+fn miss(c: &mut Criterion) {
+    let rt = support::runtime();
+    let upstream = Upstream::start(UpstreamConfig {
+        cache_control: "private, max-age=60",
+        gate: None,
+    });
+    let base = upstream.base();
+    let url = upstream.user_url();
+    let uri: axum::http::Uri = url.parse().unwrap();
+    let resolver = support::resolver(&base);
+    let naive = reqwest::Client::new();
+    let hyper = support::hyper_client();
+    let next = AtomicU64::new(0);
+
+    let mut group = c.benchmark_group("miss");
+    group.throughput(Throughput::Elements(1));
+    group.sample_size(30);
+    group.bench_function("resolve", |b| {
+        b.iter_custom(|iters| {
+            let tokens = fresh_tokens('m', &next, iters);
+            let (task_resolver, base) = (resolver.clone(), base.clone());
+            let before = resolver.stats().misses;
+            let elapsed = rt
+                .block_on(rt.spawn(async move {
+                    let start = Instant::now();
+                    for t in &tokens {
+                        task_resolver
+                            .resolve(&base, t)
+                            .await
+                            .expect("a miss resolves");
+                    }
+                    start.elapsed()
+                }))
+                .unwrap();
+            assert_eq!(resolver.stats().misses - before, iters, "every one a miss");
+            elapsed
+        })
+    });
+    group.bench_function("hyper_floor", |b| {
+        b.iter_custom(|iters| {
+            let tokens = fresh_tokens('m', &next, iters);
+            let (hyper, uri) = (hyper.clone(), uri.clone());
+            rt.block_on(rt.spawn(async move {
+                let start = Instant::now();
+                for t in &tokens {
+                    support::hyper_post(&hyper, &uri, t).await;
+                }
+                start.elapsed()
+            }))
+            .unwrap()
+        })
+    });
+    group.bench_function("reqwest_naive", |b| {
+        b.iter_custom(|iters| {
+            let tokens = fresh_tokens('m', &next, iters);
+            let (naive, url) = (naive.clone(), url.clone());
+            rt.block_on(rt.spawn(async move {
+                let start = Instant::now();
+                for t in &tokens {
+                    support::naive_resolve(&naive, &url, t).await;
+                }
+                start.elapsed()
+            }))
+            .unwrap()
+        })
+    });
+    group.finish();
+}
+
+/// Concurrent resolutions of one token in `coalesce`.
+const CONCURRENT: usize = 1_000;
+
+/// Starts `CONCURRENT` tasks resolving `token`, each counting itself in `started` before its
+/// first poll returns, and waits for all of them.
+async fn resolve_at_once(resolver: &Resolver, base: &str, token: &str, started: &Arc<AtomicU64>) {
+    let token: Arc<str> = Arc::from(token);
+    let base: Arc<str> = Arc::from(base);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..CONCURRENT {
+        let (resolver, base, token, started) = (
+            resolver.clone(),
+            base.clone(),
+            token.clone(),
+            started.clone(),
+        );
+        tasks.spawn(async move {
+            started.fetch_add(1, Ordering::SeqCst);
+            resolver.resolve(&base, &token).await.map(|u| u.id)
+        });
+    }
+    let mut ids = Vec::with_capacity(CONCURRENT);
+    while let Some(done) = tasks.join_next().await {
+        ids.push(done.expect("a task").expect("a resolution"));
+    }
+    assert!(
+        ids.windows(2).all(|w| w[0] == w[1]),
+        "all got the same user"
+    );
+}
+
+/// The coalescing targets, checked before the timed loop.
+fn check_coalescing(rt: &tokio::runtime::Runtime) {
+    // Held back: answers wait until all 1,000 are in the flight, and are not cacheable, so
+    // nothing but coalescing can keep the count at one.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let held = Upstream::start(UpstreamConfig {
+        cache_control: "no-store",
+        gate: Some(gate.clone()),
+    });
+    let resolver = support::resolver(&held.base());
+    let started = Arc::new(AtomicU64::new(0));
+    rt.block_on(async {
+        let run = {
+            let (resolver, base, started) = (resolver.clone(), held.base(), started.clone());
+            tokio::spawn(async move {
+                resolve_at_once(&resolver, &base, &token('g', 0), &started).await
+            })
+        };
+        while started.load(Ordering::SeqCst) < CONCURRENT as u64 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // Each task joined the flight in the poll that counted it; give the last polls time.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        gate.add_permits(CONCURRENT);
+        run.await.unwrap();
+    });
+    let stats = resolver.stats();
+    assert_eq!(
+        held.calls(),
+        1,
+        "1,000 concurrent resolutions of one token: one call"
+    );
+    assert_eq!(stats.coalesced, CONCURRENT as u64 - 1);
+
+    // N distinct tokens, 10 resolutions of each at once: N calls.
+    let open = Upstream::start(UpstreamConfig::default());
+    let resolver = support::resolver(&open.base());
+    let distinct = 200u64;
+    rt.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..distinct {
+            for _ in 0..10 {
+                let (resolver, base) = (resolver.clone(), open.base());
+                tasks.spawn(
+                    async move { resolver.resolve(&base, &token('d', i)).await.map(|_| ()) },
+                );
+            }
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap().expect("a resolution");
+        }
+    });
+    assert_eq!(open.calls(), distinct, "N distinct tokens: N calls");
+    eprintln!(
+        "coalesce: 1 upstream call for {CONCURRENT} concurrent resolutions of one token \
+         ({} coalesced); {distinct} calls for {distinct} distinct tokens x 10",
+        stats.coalesced
+    );
+}
+
+fn coalesce(c: &mut Criterion) {
+    let rt = support::runtime();
+    check_coalescing(&rt);
+
+    // Timed: a cacheable answer, as in production; a task that starts after the flight has
+    // landed is served by the cache, and still no second call is made.
+    let upstream = Upstream::start(UpstreamConfig::default());
+    let base = upstream.base();
+    let resolver = support::resolver(&base);
+    let next = AtomicU64::new(0);
+    let started = Arc::new(AtomicU64::new(0));
+
+    let mut group = c.benchmark_group("coalesce");
+    group.throughput(Throughput::Elements(CONCURRENT as u64));
+    group.sample_size(20);
+    group.bench_function("resolve_1000_at_once", |b| {
+        b.iter_custom(|iters| {
+            let tokens = fresh_tokens('c', &next, iters);
+            let calls_before = upstream.calls();
+            let start = Instant::now();
+            for t in &tokens {
+                rt.block_on(resolve_at_once(&resolver, &base, t, &started));
+            }
+            let elapsed = start.elapsed();
+            assert_eq!(
+                upstream.calls() - calls_before,
+                iters,
+                "exactly one upstream call per {CONCURRENT} concurrent resolutions"
+            );
+            elapsed
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = miss, coalesce
+}
+criterion_main!(benches);
