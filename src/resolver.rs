@@ -301,7 +301,9 @@ impl Resolver {
         }
         .map_err(|e| (e, None))?;
         Span::current().record("auth_host", endpoint.host());
-        token::check_syntax(token).map_err(|e| (e, None))?;
+        // Only the size here: every cached token passed the full syntax check before it was
+        // stored, so a hit needs no scan. A miss scans before anything else.
+        token::check_size(token).map_err(|e| (e, None))?;
 
         let key = KeyRef {
             endpoint: endpoint.as_str(),
@@ -319,13 +321,26 @@ impl Resolver {
             Lookup::Stale(user) => Some(user),
             Lookup::Absent => None,
         };
+        // Boxed: the miss path's state is large, and a hit should not carry it.
+        Box::pin(self.resolve_miss(&endpoint, &key, stale)).await
+    }
 
+    /// A resolution the cache could not answer: the syntax check, then the coalesced call,
+    /// falling back to `stale` when the API is unreachable.
+    async fn resolve_miss(
+        &self,
+        endpoint: &Arc<Endpoint>,
+        key: &KeyRef<'_>,
+        stale: Option<Arc<User>>,
+    ) -> Result<(Arc<User>, CacheOutcome), (ResolveError, Option<CacheOutcome>)> {
+        let inner = &*self.inner;
+        token::check_syntax(key.token).map_err(|e| (e, None))?;
         let (result, ran) = inner
             .flights
             .run(
-                &key,
-                || CacheKey::new(Arc::clone(&endpoint), token),
-                || self.fetch(&endpoint, &key),
+                key,
+                || CacheKey::new(Arc::clone(endpoint), key.token),
+                || self.fetch(endpoint, key),
             )
             .await;
         let outcome = if ran {
@@ -337,9 +352,7 @@ impl Resolver {
         };
         match result {
             Ok(Cached::User { user, .. }) => Ok((user, outcome)),
-            Ok(Cached::Rejected { status, .. }) => {
-                Err((rejected(&endpoint, status), Some(outcome)))
-            }
+            Ok(Cached::Rejected { status, .. }) => Err((rejected(endpoint, status), Some(outcome))),
             Err(error) => match stale {
                 // Only an unreachable API falls back; a rejection or a broken answer never does.
                 Some(user)
@@ -404,12 +417,18 @@ impl Resolver {
             }
         }
         inner.upstream.fail_fast(endpoint)?;
-        let _slot = match tokio::time::timeout(inner.queue_timeout, inner.slots.acquire()).await {
-            Ok(Ok(slot)) => slot,
-            _ => {
-                return Err(ResolveError::Overloaded {
-                    waited: inner.queue_timeout,
-                })
+        // A free slot is taken at once; only a wait needs a timer.
+        let _slot = match inner.slots.try_acquire() {
+            Ok(slot) => slot,
+            Err(_) => {
+                match tokio::time::timeout(inner.queue_timeout, inner.slots.acquire()).await {
+                    Ok(Ok(slot)) => slot,
+                    _ => {
+                        return Err(ResolveError::Overloaded {
+                            waited: inner.queue_timeout,
+                        })
+                    }
+                }
             }
         };
         let on_request = |usable: bool| {

@@ -35,15 +35,8 @@ const fn is_token_byte(b: u8) -> bool {
 /// assert_eq!(check_syntax("").unwrap_err().code(), ErrorCode::TokenMissing);
 /// ```
 pub fn check_syntax(token: &str) -> Result<(), ResolveError> {
+    check_size(token)?;
     let bytes = token.as_bytes();
-    if bytes.is_empty() {
-        return Err(ResolveError::TokenMissing);
-    }
-    if bytes.len() > MAX_TOKEN_BYTES {
-        return Err(ResolveError::TokenMalformed {
-            reason: "longer than 4096 bytes",
-        });
-    }
     let body_len = bytes.iter().take_while(|&&b| is_token_byte(b)).count();
     if body_len == 0 {
         return Err(ResolveError::TokenMalformed {
@@ -56,6 +49,17 @@ pub fn check_syntax(token: &str) -> Result<(), ResolveError> {
         });
     }
     Ok(())
+}
+
+/// The cheap part of [`check_syntax`]: present, and not over [`MAX_TOKEN_BYTES`].
+pub(crate) fn check_size(token: &str) -> Result<(), ResolveError> {
+    match token.len() {
+        0 => Err(ResolveError::TokenMissing),
+        n if n > MAX_TOKEN_BYTES => Err(ResolveError::TokenMalformed {
+            reason: "longer than 4096 bytes",
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// An access token whose syntax was checked. Its `Debug` prints `[redacted]`; it has no
