@@ -390,44 +390,10 @@ async fn a_closed_connection_leaves_its_room() {
 async fn the_game_server_subcommand_serves_the_protocol() {
     // Pins down `token-resolver game-server` as a real process: it listens, lists the default
     // rooms (the arena protected by --auth-url) and resolves a join against the reference API.
-    use std::io::BufRead;
     let api = reference_api().await;
     let base = api.base_url();
-    // Kills the server process however the test ends.
-    struct Killed(std::process::Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_token-resolver"))
-        .args([
-            "game-server",
-            "--listen",
-            "127.0.0.1:0",
-            "--auth-url",
-            &base,
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let _child = Killed(child);
-    // The reader stays alive to the end, so the server never writes to a closed pipe.
-    let (first, _stdout) = tokio::task::spawn_blocking(move || {
-        let mut reader = std::io::BufReader::new(stdout);
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        (line, reader)
-    })
-    .await
-    .unwrap();
-    let addr = first
-        .split_whitespace()
-        .find_map(|w| w.parse::<std::net::SocketAddr>().ok())
-        .unwrap_or_else(|| panic!("no address in {first:?}"));
+    let server = support::GameServerProcess::start(&["--auth-url", &base], &[]).await;
+    let addr = server.addr;
 
     let token = login_and_take_token(&base, "alice", "wonderland").await;
     let mut client = GameClient::open(addr).await.unwrap();

@@ -4,40 +4,12 @@
 
 mod support;
 
-use std::io;
-use std::sync::{Arc, Mutex};
-
-use metrics_util::debugging::DebuggingRecorder;
 use support::{login_and_take_token, reference_api, respond, Scripted};
 use token_resolver::{telemetry, ConnectRequest, JoinRequest};
-use tracing_subscriber::fmt::format::FmtSpan;
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_appears_in_no_log_span_metric_or_error() {
-    let logs = Captured::default();
-    let writer = logs.clone();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_span_events(FmtSpan::FULL)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    recorder.install().unwrap();
+    let (logs, snapshotter) = support::capture_everything();
 
     let api = reference_api().await;
     let base = api.base_url();
@@ -94,7 +66,7 @@ async fn token_appears_in_no_log_span_metric_or_error() {
     let r3 = support::resolver_for(&echo.url()).build().unwrap();
     errors.push(r3.resolve(&echo.url(), &token).await.unwrap_err());
 
-    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let logs = logs.text();
     assert!(
         logs.contains("resolve") && logs.contains("auth_host"),
         "the capture works: {logs:.500}"

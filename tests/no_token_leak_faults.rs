@@ -11,18 +11,14 @@
 mod support;
 
 use std::error::Error as _;
-use std::io;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::response::IntoResponse;
-use metrics_util::debugging::DebuggingRecorder;
 use support::{
     close_at_once, endless_chunked, never_answer, reset_mid_body, resolver_for,
     short_body_then_close, trickle_body, write_raw, RawServer, Scripted, UntrustedTls,
 };
 use token_resolver::{ConnectRequest, ErrorCode, JoinRequest, ResolveError, Resolver};
-use tracing_subscriber::fmt::format::FmtSpan;
 
 /// A token that looks like a real one; its random-looking tail is searched for on its own too,
 /// so a truncated echo is caught as well as a whole one.
@@ -31,19 +27,6 @@ const TOKEN_TAIL: &str = "Q8vN2kPz7RtX4mWb9sLc3Hd6";
 
 /// A marker every echoing body carries beside the token: error texts must not quote it either.
 const BODY_MARKER: &str = "body-marker-3e7a1c9f5d2b8e40";
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
 
 fn leaks(text: &str) -> bool {
     text.contains(TOKEN) || text.contains(TOKEN_TAIL)
@@ -70,17 +53,7 @@ fn echoing_bodies(authorization: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_appears_nowhere_on_the_fault_paths() {
-    let logs = Captured::default();
-    let writer = logs.clone();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_span_events(FmtSpan::FULL)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    recorder.install().unwrap();
+    let (logs, snapshotter) = support::capture_everything();
 
     let mut errors: Vec<(String, ResolveError)> = Vec::new();
     let timeout = Duration::from_millis(400);
@@ -249,7 +222,7 @@ async fn token_appears_nowhere_on_the_fault_paths() {
     }
 
     // Every log line and span field.
-    let logs = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let logs = logs.text();
     assert!(
         logs.contains("auth_host") && logs.contains("auth_timeout"),
         "the capture saw the spans: {:.500}",

@@ -318,56 +318,23 @@ async fn a_node_re_subscribes_after_redis_restarts() {
     drop(redis);
 }
 
-/// A `token-resolver game-server` process sharing `redis`, killed on drop.
-struct GameServerProcess {
-    child: std::process::Child,
-    addr: std::net::SocketAddr,
-    _stdout: std::io::BufReader<std::process::ChildStdout>,
-}
+/// A `token-resolver game-server` process sharing `redis`.
+struct Node(support::GameServerProcess);
 
-impl GameServerProcess {
-    async fn start(api_url: &str, redis: &RedisServer) -> GameServerProcess {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_token-resolver"))
-            .args([
-                "game-server",
-                "--listen",
-                "127.0.0.1:0",
-                "--auth-url",
-                api_url,
-                "--redis-url",
-                &redis.url(),
-            ])
-            .env("TOKEN_RESOLVER_REDIS_SECRET", SECRET)
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (first, reader) = tokio::task::spawn_blocking(move || {
-            let mut reader = std::io::BufReader::new(stdout);
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            (line, reader)
-        })
-        .await
-        .unwrap();
-        let addr = first
-            .split_whitespace()
-            .find_map(|w| w.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {first:?}"));
-        GameServerProcess {
-            child,
-            addr,
-            _stdout: reader,
-        }
+impl Node {
+    async fn start(api_url: &str, redis: &RedisServer) -> Node {
+        let args = ["--auth-url", api_url, "--redis-url", &redis.url()];
+        Node(
+            support::GameServerProcess::start(&args, &[("TOKEN_RESOLVER_REDIS_SECRET", SECRET)])
+                .await,
+        )
     }
 
     /// Joins the arena (protected by the default authUrl) with `token`; the user's name.
     async fn join_arena(&self, token: &str) -> String {
         use token_resolver::client::RoomJoinArgs;
         use token_resolver::game_server::GameClient;
-        let mut client = GameClient::open(self.addr).await.unwrap();
+        let mut client = GameClient::open(self.0.addr).await.unwrap();
         let rooms = client.search_rooms().await.unwrap();
         let arena = rooms
             .iter()
@@ -381,13 +348,6 @@ impl GameServerProcess {
     }
 }
 
-impl Drop for GameServerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_game_server_processes_share_one_redis() {
     // Pins down the deployment the tier exists for: a player joins on one game-server process,
@@ -397,8 +357,8 @@ async fn two_game_server_processes_share_one_redis() {
     };
     let api = reference_api().await;
     let token = login_and_take_token(&api.base_url(), "alice", "wonderland").await;
-    let one = GameServerProcess::start(&api.base_url(), &redis).await;
-    let two = GameServerProcess::start(&api.base_url(), &redis).await;
+    let one = Node::start(&api.base_url(), &redis).await;
+    let two = Node::start(&api.base_url(), &redis).await;
 
     assert_eq!(one.join_arena(&token).await, "Alice");
     eventually("node one's answer reaches Redis", || redis.key_count() > 0).await;

@@ -567,3 +567,89 @@ pub async fn fails_within(
     );
     (error, elapsed)
 }
+
+/// A `token-resolver game-server` process listening on `127.0.0.1:0`, killed on drop.
+pub struct GameServerProcess {
+    child: std::process::Child,
+    /// Where it listens, read from its first line of output.
+    pub addr: SocketAddr,
+    /// Kept open so that the server never writes to a closed pipe.
+    _stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl GameServerProcess {
+    /// Starts `token-resolver game-server --listen 127.0.0.1:0` with `args` and `envs`.
+    pub async fn start(args: &[&str], envs: &[(&str, &str)]) -> GameServerProcess {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_token-resolver"))
+            .args(["game-server", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .envs(envs.iter().copied())
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (first, reader) = tokio::task::spawn_blocking(move || {
+            let mut reader = std::io::BufReader::new(stdout);
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            (line, reader)
+        })
+        .await
+        .unwrap();
+        let addr = first
+            .split_whitespace()
+            .find_map(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {first:?}"));
+        GameServerProcess {
+            child,
+            addr,
+            _stdout: reader,
+        }
+    }
+}
+
+impl Drop for GameServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Everything logged, as text: the writer [`capture_everything`] installs.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Installs, for the whole test binary, a TRACE subscriber writing every event and span (with
+/// its fields) to the returned capture, and a recording metrics recorder.
+pub fn capture_everything() -> (Captured, metrics_util::debugging::Snapshotter) {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::FULL)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .init();
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder.install().unwrap();
+    (logs, snapshotter)
+}
