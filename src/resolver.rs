@@ -461,6 +461,8 @@ impl Resolver {
                 shared.put(endpoint.as_str(), key.token, &entry, fresh, inner.cache_ttl);
             }
         }
+        // Only the shared tier needs the fresh lifetime apart from the entry itself.
+        #[cfg(not(feature = "redis"))]
         let _ = fresh;
         Ok(cached)
     }
