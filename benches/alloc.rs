@@ -147,7 +147,7 @@ fn main() {
     moka.insert(
         Key {
             endpoint: Arc::from(endpoint.as_str()),
-            token: hot.as_str().into(),
+            token: hot.as_bytes().into(),
         },
         Value::user(1),
     );
@@ -272,7 +272,7 @@ fn main() {
             for (i, t) in tokens.iter().enumerate() {
                 let key = Key {
                     endpoint: endpoint.clone(),
-                    token: t.as_str().into(),
+                    token: t.as_bytes().into(),
                 };
                 moka.insert(key, Value::user(i as i64));
             }
@@ -286,7 +286,7 @@ fn main() {
         for (i, t) in tokens.iter().enumerate() {
             let key = Key {
                 endpoint: endpoint.clone(),
-                token: t.as_str().into(),
+                token: t.as_bytes().into(),
             };
             quick.insert(key, Value::user(i as i64));
         }

@@ -7,18 +7,23 @@
 //!   Each holds the same 1,000 entries. Target: `resolve` <= 1.3x `moka_get` and < 500 ns.
 //! - `hit_contended`: 1, 2 and 8 tasks on a 2-worker multi-thread runtime, each resolving
 //!   cached tokens (different ones per task, as different players); throughput in
-//!   resolutions/s, next to the same load on the bare moka cache. Target: 2 tasks >= 1.6x the
-//!   throughput of 1.
+//!   resolutions/s, next to the same load on the bare moka cache, and `hash_only`: hashing the
+//!   same keys and nothing else, work that shares no memory between tasks, to show what a
+//!   second core gives on this machine at best. Target: 2 tasks >= 1.6x the throughput of 1.
 //!
 //! `cargo bench --bench resolve`; the README's "Performance" section has numbers.
 
 mod support;
 
+use std::hash::BuildHasher;
 use std::hint::black_box;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
 use support::{token, Key, KeyRef, KeyView, Upstream, UpstreamConfig, Value};
 use token_resolver::Resolver;
 
@@ -69,7 +74,7 @@ impl Fixture {
         self.tokens.iter().enumerate().map(move |(i, t)| {
             let key = Key {
                 endpoint: endpoint.clone(),
-                token: t.as_str().into(),
+                token: t.as_bytes().into(),
             };
             (key, Value::user(i as i64 + 1))
         })
@@ -142,6 +147,7 @@ fn hit_contended(c: &mut Criterion) {
     let f = Fixture::new();
     let moka = f.moka();
     let endpoint: Arc<str> = Arc::from(f.endpoint.as_str());
+    let hasher = std::hash::RandomState::new();
 
     let mut group = c.benchmark_group("hit_contended");
     for tasks in [1usize, 2, 8] {
@@ -162,27 +168,50 @@ fn hit_contended(c: &mut Criterion) {
                 }))
             })
         });
-        group.bench_with_input(BenchmarkId::new("moka_get", tasks), &tasks, |b, &tasks| {
-            b.iter_custom(|iters| {
-                f.rt.block_on(run_tasks(tasks, iters, |t, iters| {
-                    let (moka, endpoint, tokens) =
-                        (moka.clone(), endpoint.clone(), f.tokens.clone());
-                    async move {
-                        let mut i = offset(t);
-                        for _ in 0..iters {
-                            i = if i + 1 == ENTRIES { 0 } else { i + 1 };
-                            let key = KeyRef {
-                                endpoint: &endpoint,
-                                token: &tokens[i],
-                            };
-                            black_box(moka.get(&key as &dyn KeyView).unwrap());
-                        }
-                    }
-                }))
-            })
-        });
+        let moka = moka.clone();
+        let moka_get = move |key: &dyn KeyView| {
+            black_box(moka.get(key).unwrap());
+        };
+        sync_lookups(&mut group, "moka_get", tasks, &f, &endpoint, moka_get);
+        let hasher = hasher.clone();
+        let hash_only = move |key: &dyn KeyView| {
+            black_box(hasher.hash_one(key));
+        };
+        sync_lookups(&mut group, "hash_only", tasks, &f, &endpoint, hash_only);
     }
     group.finish();
+}
+
+/// Benches `lookup` of the fixture's keys from `tasks` tasks at once, each going round the
+/// tokens from its own place.
+fn sync_lookups<L>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    tasks: usize,
+    f: &Fixture,
+    endpoint: &Arc<str>,
+    lookup: L,
+) where
+    L: Fn(&dyn KeyView) + Clone + Send + 'static,
+{
+    group.bench_with_input(BenchmarkId::new(name, tasks), &tasks, |b, &tasks| {
+        b.iter_custom(|iters| {
+            f.rt.block_on(run_tasks(tasks, iters, |t, iters| {
+                let (lookup, endpoint, tokens) =
+                    (lookup.clone(), endpoint.clone(), f.tokens.clone());
+                async move {
+                    let mut i = offset(t);
+                    for _ in 0..iters {
+                        i = if i + 1 == ENTRIES { 0 } else { i + 1 };
+                        lookup(&KeyRef {
+                            endpoint: &endpoint,
+                            token: &tokens[i],
+                        });
+                    }
+                }
+            }))
+        })
+    });
 }
 
 criterion_group! {

@@ -3,7 +3,8 @@
 //!
 //! A look-up builds no key: [`KeyRef`] borrows the endpoint and the token, and moka finds the
 //! owned [`CacheKey`] through `Borrow<dyn KeyView>`. Keys hold the whole token, so two tokens
-//! never share an entry. What to cache and for how long is decided by the resolver; which
+//! never share an entry; a token of up to [`INLINE_TOKEN_BYTES`] is kept inside the key, without
+//! an allocation of its own. What to cache and for how long is decided by the resolver; which
 //! concurrent look-ups share one call is `flight`'s business.
 
 use std::borrow::Borrow;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use moka::Expiry;
+use smallvec::SmallVec;
 
 use crate::auth_url::Endpoint;
 use crate::user::User;
@@ -20,20 +22,25 @@ use crate::user::User;
 /// The cache itself.
 pub(crate) type Cache = moka::sync::Cache<CacheKey, Cached>;
 
-/// A cache holding at most `capacity` entries, each expiring after its own [`Cached::ttl`].
-pub(crate) fn new_cache(capacity: u64) -> Cache {
+/// A cache holding at most `capacity` entries, each expiring at its own deadline; users are
+/// kept `stale_for` longer, as a fallback for when the API is unavailable.
+pub(crate) fn new_cache(capacity: u64, stale_for: Duration) -> Cache {
     moka::sync::Cache::builder()
         .max_capacity(capacity)
-        .expire_after(PerEntryTtl)
+        .expire_after(PerEntryTtl { stale_for })
         .build()
 }
+
+/// Tokens up to this many bytes live inside their key: a 32-byte secret in base64url is 43.
+/// Longer ones take one allocation more.
+pub(crate) const INLINE_TOKEN_BYTES: usize = 48;
 
 /// The two parts of a key, whether owned or borrowed.
 pub(crate) trait KeyView {
     /// The normalised endpoint URL.
     fn endpoint(&self) -> &str;
-    /// The access token.
-    fn token(&self) -> &str;
+    /// The access token's bytes.
+    fn token(&self) -> &[u8];
 }
 
 impl Hash for dyn KeyView + '_ {
@@ -56,15 +63,15 @@ impl Eq for dyn KeyView + '_ {}
 pub(crate) struct CacheKey {
     /// Shared with every key of the same endpoint.
     pub(crate) endpoint: Arc<Endpoint>,
-    /// The whole token: a hash alone could let two tokens collide.
-    token: Box<str>,
+    /// The whole token, not a hash of it: a hash could let two tokens collide.
+    token: SmallVec<[u8; INLINE_TOKEN_BYTES]>,
 }
 
 impl CacheKey {
     pub(crate) fn new(endpoint: Arc<Endpoint>, token: &str) -> Self {
         CacheKey {
             endpoint,
-            token: token.into(),
+            token: SmallVec::from_slice(token.as_bytes()),
         }
     }
 }
@@ -73,7 +80,7 @@ impl KeyView for CacheKey {
     fn endpoint(&self) -> &str {
         self.endpoint.as_str()
     }
-    fn token(&self) -> &str {
+    fn token(&self) -> &[u8] {
         &self.token
     }
 }
@@ -117,38 +124,53 @@ impl KeyView for KeyRef<'_> {
     fn endpoint(&self) -> &str {
         self.endpoint
     }
-    fn token(&self) -> &str {
-        self.token
+    fn token(&self) -> &[u8] {
+        self.token.as_bytes()
     }
 }
 
-/// A cached answer.
+/// A cached answer, four words next to its key: each entry carries its deadline, and the cache's
+/// [`PerEntryTtl`] derives its lifetime from it when it is stored.
 #[derive(Clone, Debug)]
 pub(crate) enum Cached {
     /// The API vouched for this user.
     User {
         /// The user, shared with every caller that gets it.
         user: Arc<User>,
-        /// How long the entry lives: `min(cache_ttl, max-age)`, plus the `serve_stale_for`
-        /// window during which it is kept only as a fallback.
-        ttl: Duration,
-        /// Until when it is fresh; after, it is served only when the API is unavailable.
-        /// `None` when stale serving is off (the entry then dies when it stops being fresh).
-        fresh_until: Option<Instant>,
+        /// Until when it is fresh: `min(cache_ttl, max-age)` after the answer. With stale
+        /// serving on, the entry is kept `serve_stale_for` longer, used only when the API is
+        /// unavailable; otherwise it dies here.
+        fresh_until: Instant,
     },
     /// The API answered 401 or 403.
     Rejected {
         /// The status it answered.
         status: u16,
-        /// `negative_cache_ttl`.
-        ttl: Duration,
+        /// When the entry dies: `negative_cache_ttl` after the answer.
+        fresh_until: Instant,
     },
 }
 
 impl Cached {
-    pub(crate) fn ttl(&self) -> Duration {
+    /// `user`, fresh for `fresh` from now.
+    pub(crate) fn user(user: Arc<User>, fresh: Duration) -> Cached {
+        Cached::User {
+            user,
+            fresh_until: deadline(fresh),
+        }
+    }
+
+    /// A rejection with `status`, kept for `fresh` from now.
+    pub(crate) fn rejected(status: u16, fresh: Duration) -> Cached {
+        Cached::Rejected {
+            status,
+            fresh_until: deadline(fresh),
+        }
+    }
+
+    pub(crate) fn fresh_until(&self) -> Instant {
         match self {
-            Cached::User { ttl, .. } | Cached::Rejected { ttl, .. } => *ttl,
+            Cached::User { fresh_until, .. } | Cached::Rejected { fresh_until, .. } => *fresh_until,
         }
     }
 
@@ -160,22 +182,43 @@ impl Cached {
     }
 }
 
-/// Gives each entry the time to live it carries.
-struct PerEntryTtl;
+/// `fresh` from now; a lifetime too long for the clock saturates at a century.
+fn deadline(fresh: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    let now = Instant::now();
+    now.checked_add(fresh)
+        .unwrap_or_else(|| now + CENTURY.min(fresh))
+}
+
+/// Gives each entry the lifetime its deadline leaves, plus the stale window for users.
+struct PerEntryTtl {
+    /// `serve_stale_for`: how long a user outlives its freshness, as a fallback.
+    stale_for: Duration,
+}
+
+impl PerEntryTtl {
+    fn lifetime(&self, value: &Cached, now: Instant) -> Duration {
+        let fresh = value.fresh_until().saturating_duration_since(now);
+        match value {
+            Cached::User { .. } if !fresh.is_zero() => fresh.saturating_add(self.stale_for),
+            _ => fresh,
+        }
+    }
+}
 
 impl Expiry<CacheKey, Cached> for PerEntryTtl {
-    fn expire_after_create(&self, _: &CacheKey, value: &Cached, _: Instant) -> Option<Duration> {
-        Some(value.ttl())
+    fn expire_after_create(&self, _: &CacheKey, value: &Cached, now: Instant) -> Option<Duration> {
+        Some(self.lifetime(value, now))
     }
 
     fn expire_after_update(
         &self,
         _: &CacheKey,
         value: &Cached,
-        _: Instant,
+        now: Instant,
         _: Option<Duration>,
     ) -> Option<Duration> {
-        Some(value.ttl())
+        Some(self.lifetime(value, now))
     }
 }
 
@@ -187,23 +230,27 @@ mod tests {
         CacheKey::new(Arc::new(Endpoint::parse(endpoint, false).unwrap()), token)
     }
 
-    fn user(id: i64, ttl: Duration) -> Cached {
+    fn user(id: i64, fresh: Duration) -> Cached {
         let user = Arc::new(User {
             id,
             name: format!("u{id}"),
             extra: Default::default(),
             stale: false,
         });
-        Cached::User {
-            user,
-            ttl,
-            fresh_until: None,
-        }
+        Cached::user(user, fresh)
+    }
+
+    /// The entry for `token` at `https://a.example`, looked up by a borrowed key.
+    fn at_a(cache: &Cache, token: &str) -> Option<Cached> {
+        cache.get(&KeyRef {
+            endpoint: "https://a.example/api/user",
+            token,
+        } as &dyn KeyView)
     }
 
     #[test]
     fn borrowed_key_finds_the_owned_key() {
-        let cache = new_cache(10);
+        let cache = new_cache(10, Duration::ZERO);
         cache.insert(
             key("https://a.example", "tok"),
             user(1, Duration::from_secs(60)),
@@ -217,7 +264,7 @@ mod tests {
 
     #[test]
     fn same_token_at_another_endpoint_is_another_entry() {
-        let cache = new_cache(10);
+        let cache = new_cache(10, Duration::ZERO);
         cache.insert(
             key("https://a.example", "tok"),
             user(1, Duration::from_secs(60)),
@@ -236,7 +283,7 @@ mod tests {
 
     #[test]
     fn each_entry_expires_after_its_own_ttl() {
-        let cache = new_cache(10);
+        let cache = new_cache(10, Duration::ZERO);
         cache.insert(
             key("https://a.example", "short"),
             user(1, Duration::from_millis(50)),
@@ -246,14 +293,59 @@ mod tests {
             user(2, Duration::from_secs(60)),
         );
         std::thread::sleep(Duration::from_millis(120));
-        let get = |t| {
-            cache.get(&KeyRef {
-                endpoint: "https://a.example/api/user",
-                token: t,
-            } as &dyn KeyView)
-        };
+        let get = |t| at_a(&cache, t);
         assert!(get("short").is_none());
         assert!(get("long").is_some());
+    }
+
+    #[test]
+    fn short_tokens_live_inside_the_key_and_long_ones_still_match() {
+        let short = "a".repeat(43);
+        assert!(!key("https://a.example", &short).token.spilled());
+        let long = "b".repeat(INLINE_TOKEN_BYTES + 1);
+        assert!(key("https://a.example", &long).token.spilled());
+        let cache = new_cache(10, Duration::ZERO);
+        for (id, t) in [(1, &short), (2, &long)] {
+            cache.insert(
+                key("https://a.example", t),
+                user(id, Duration::from_secs(60)),
+            );
+        }
+        let get = |t: &str| at_a(&cache, t).and_then(|c| c.user_id());
+        assert_eq!((get(&short), get(&long)), (Some(1), Some(2)));
+        assert_eq!(get(&long[..INLINE_TOKEN_BYTES]), None);
+    }
+
+    #[test]
+    fn users_outlive_their_freshness_by_the_stale_window_and_rejections_do_not() {
+        let cache = new_cache(10, Duration::from_secs(60));
+        let fresh = Duration::from_millis(50);
+        cache.insert(key("https://a.example", "user"), user(1, fresh));
+        cache.insert(
+            key("https://a.example", "rejected"),
+            Cached::rejected(401, fresh),
+        );
+        std::thread::sleep(Duration::from_millis(120));
+        let get = |t| at_a(&cache, t);
+        let kept = get("user").expect("a user is kept through the stale window");
+        assert!(
+            kept.fresh_until() <= Instant::now(),
+            "and is no longer fresh"
+        );
+        assert!(get("rejected").is_none());
+    }
+
+    #[test]
+    fn an_entry_is_four_words() {
+        // Each of a million entries pays this beside moka's own bookkeeping: the `Arc<User>`
+        // and the deadline, with no lifetime stored besides (it was 40 bytes with one).
+        assert_eq!(std::mem::size_of::<Cached>(), 32);
+    }
+
+    #[test]
+    fn a_lifetime_too_long_for_the_clock_saturates() {
+        let far = user(1, Duration::MAX);
+        assert!(far.fresh_until() > Instant::now() + Duration::from_secs(365 * 24 * 3600));
     }
 
     #[test]

@@ -28,6 +28,7 @@
 //! - `upstream` (private): the HTTP call with its deadline, retries and body cap.
 //! - `breaker` (private): the per-API circuit breaker that makes a dead API fail fast.
 //! - `flight` (private): coalescing concurrent look-ups of one key into one call.
+//! - `counters` (private): the counters behind [`Stats`], striped per thread.
 //! - `shared_cache` (feature `redis`): the second cache tier on Redis, shared by every
 //!   game-server node, with cluster-wide invalidation.
 //! - [`error`]: [`ResolveError`], [`ErrorCode`] and [`ConfigError`].
@@ -80,6 +81,7 @@ pub mod check;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
+mod counters;
 #[cfg(feature = "reference-api")]
 pub mod demo;
 pub mod error;

@@ -19,6 +19,7 @@ use tracing::{Instrument, Span};
 use crate::auth_url::{AllowList, Endpoint};
 use crate::breaker::{BreakerConfig, Breakers};
 use crate::cache::{self, CacheKey, Cached, KeyRef, KeyView};
+use crate::counters::{Counter, Counters};
 use crate::error::{ConfigError, ErrorCode, ResolveError};
 use crate::flight::Flights;
 #[cfg(feature = "redis")]
@@ -102,21 +103,6 @@ pub struct Stats {
     pub shared_hits: u64,
     /// Shared tier operations that failed or timed out; the resolutions went on without it.
     pub shared_errors: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    hits: AtomicU64,
-    misses: AtomicU64,
-    coalesced: AtomicU64,
-    negative_hits: AtomicU64,
-    upstream_calls: AtomicU64,
-    upstream_errors: AtomicU64,
-    stale_served: AtomicU64,
-}
-
-fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 /// How a resolution was answered, for its span and its metric.
@@ -311,11 +297,11 @@ impl Resolver {
         };
         let stale = match self.lookup(&key) {
             Lookup::Fresh(Cached::User { user, .. }) => {
-                bump(&inner.counters.hits);
+                inner.counters.bump(Counter::Hits);
                 return Ok((user, CacheOutcome::Hit));
             }
             Lookup::Fresh(Cached::Rejected { status, .. }) => {
-                bump(&inner.counters.negative_hits);
+                inner.counters.bump(Counter::NegativeHits);
                 return Err((rejected(&endpoint, status), Some(CacheOutcome::NegativeHit)));
             }
             Lookup::Stale(user) => Some(user),
@@ -344,10 +330,10 @@ impl Resolver {
             )
             .await;
         let outcome = if ran {
-            bump(&inner.counters.misses);
+            inner.counters.bump(Counter::Misses);
             CacheOutcome::Miss
         } else {
-            bump(&inner.counters.coalesced);
+            inner.counters.bump(Counter::Coalesced);
             CacheOutcome::Coalesced
         };
         match result {
@@ -361,7 +347,7 @@ impl Resolver {
                         ErrorCode::AuthUnavailable | ErrorCode::AuthTimeout
                     ) =>
                 {
-                    bump(&inner.counters.stale_served);
+                    inner.counters.bump(Counter::StaleServed);
                     metrics::counter!(telemetry::STALE_SERVED_TOTAL).increment(1);
                     tracing::warn!(
                         user_id = user.id,
@@ -383,11 +369,13 @@ impl Resolver {
     fn lookup(&self, key: &KeyRef<'_>) -> Lookup {
         match self.inner.cache.get(key as &dyn KeyView) {
             None => Lookup::Absent,
-            Some(Cached::User {
-                user,
-                fresh_until: Some(until),
-                ..
-            }) if Instant::now() >= until => Lookup::Stale(user),
+            // Only kept past its freshness when stale serving is on; otherwise moka dropped it
+            // at `fresh_until` and a hit needs no clock.
+            Some(Cached::User { user, fresh_until })
+                if !self.inner.serve_stale_for.is_zero() && Instant::now() >= fresh_until =>
+            {
+                Lookup::Stale(user)
+            }
             Some(cached) => Lookup::Fresh(cached),
         }
     }
@@ -409,8 +397,8 @@ impl Resolver {
             self.start_subscriber();
             if let Some((entry, left)) = shared.get(endpoint.as_str(), key.token).await {
                 let cached = match entry {
-                    SharedEntry::User(user) => inner.cached_user(Arc::new(user), left),
-                    SharedEntry::Rejected(status) => Cached::Rejected { status, ttl: left },
+                    SharedEntry::User(user) => Cached::user(Arc::new(user), left),
+                    SharedEntry::Rejected(status) => Cached::rejected(status, left),
                 };
                 inner.store(endpoint, key.token, &cached, generation);
                 return Ok(cached);
@@ -432,9 +420,9 @@ impl Resolver {
             }
         };
         let on_request = |usable: bool| {
-            bump(&inner.counters.upstream_calls);
+            inner.counters.bump(Counter::UpstreamCalls);
             if !usable {
-                bump(&inner.counters.upstream_errors);
+                inner.counters.bump(Counter::UpstreamErrors);
             }
         };
         let (cached, fresh) = match inner
@@ -444,11 +432,11 @@ impl Resolver {
         {
             Reply::User { user, freshness } => {
                 let fresh = freshness.ttl(inner.cache_ttl);
-                (inner.cached_user(Arc::new(user), fresh), fresh)
+                (Cached::user(Arc::new(user), fresh), fresh)
             }
             Reply::Rejected { status } => {
-                let ttl = inner.negative_cache_ttl;
-                (Cached::Rejected { status, ttl }, ttl)
+                let fresh = inner.negative_cache_ttl;
+                (Cached::rejected(status, fresh), fresh)
             }
         };
         if inner.store(endpoint, key.token, &cached, generation) {
@@ -534,7 +522,6 @@ impl Resolver {
     /// What this resolver (and its clones) did so far.
     pub fn stats(&self) -> Stats {
         let c = &self.inner.counters;
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         self.inner.cache.run_pending_tasks();
         #[cfg(feature = "redis")]
         let (shared_hits, shared_errors) = self.inner.shared.as_ref().map_or((0, 0), |s| {
@@ -546,14 +533,14 @@ impl Resolver {
         #[cfg(not(feature = "redis"))]
         let (shared_hits, shared_errors) = (0, 0);
         Stats {
-            hits: load(&c.hits),
-            misses: load(&c.misses),
-            coalesced: load(&c.coalesced),
-            negative_hits: load(&c.negative_hits),
-            upstream_calls: load(&c.upstream_calls),
-            upstream_errors: load(&c.upstream_errors),
+            hits: c.get(Counter::Hits),
+            misses: c.get(Counter::Misses),
+            coalesced: c.get(Counter::Coalesced),
+            negative_hits: c.get(Counter::NegativeHits),
+            upstream_calls: c.get(Counter::UpstreamCalls),
+            upstream_errors: c.get(Counter::UpstreamErrors),
             entries: self.inner.cache.entry_count(),
-            stale_served: load(&c.stale_served),
+            stale_served: c.get(Counter::StaleServed),
             short_circuited: self.inner.upstream.breakers.refusals(),
             shared_hits,
             shared_errors,
@@ -562,22 +549,7 @@ impl Resolver {
 }
 
 impl Inner {
-    /// A cache entry for `user`, fresh for `fresh`, kept `serve_stale_for` longer as a fallback
-    /// when stale serving is on.
-    fn cached_user(&self, user: Arc<User>, fresh: Duration) -> Cached {
-        let keep_stale = !fresh.is_zero() && !self.serve_stale_for.is_zero();
-        Cached::User {
-            user,
-            ttl: if keep_stale {
-                fresh.saturating_add(self.serve_stale_for)
-            } else {
-                fresh
-            },
-            fresh_until: keep_stale.then(|| Instant::now() + fresh),
-        }
-    }
-
-    /// Caches `cached` unless it must not live (zero ttl) or an invalidation happened since
+    /// Caches `cached` unless it must not live (no freshness) or an invalidation happened since
     /// `generation` was read; says whether it did.
     fn store(
         &self,
@@ -587,7 +559,7 @@ impl Inner {
         generation: u64,
     ) -> bool {
         let invalidated_meanwhile = self.generation.load(Ordering::Acquire) != generation;
-        if cached.ttl().is_zero() || invalidated_meanwhile {
+        if cached.fresh_until() <= Instant::now() || invalidated_meanwhile {
             return false;
         }
         self.cache
@@ -1048,7 +1020,7 @@ impl ResolverBuilder {
                 allow: AllowList::new(entries, self.allow_insecure_http),
                 default_endpoint: default.map(|(_, endpoint)| endpoint),
                 auth_required: self.auth_required,
-                cache: cache::new_cache(self.max_cache_entries),
+                cache: cache::new_cache(self.max_cache_entries, self.serve_stale_for),
                 flights: Flights::new(),
                 slots: Semaphore::new(self.max_concurrent_requests),
                 upstream: Upstream {

@@ -201,11 +201,11 @@ impl SharedCache {
     }
 
     /// The hex HMAC naming (endpoint, token).
-    pub(crate) fn digest(&self, endpoint: &str, token: &str) -> String {
+    pub(crate) fn digest(&self, endpoint: &str, token: impl AsRef<[u8]>) -> String {
         let mut mac = self.mac.clone();
         mac.update(endpoint.as_bytes());
         mac.update(&[0]);
-        mac.update(token.as_bytes());
+        mac.update(token.as_ref());
         hex(&mac.finalize().into_bytes())
     }
 

@@ -227,14 +227,14 @@ pub async fn hyper_post(client: &HyperClient, uri: &axum::http::Uri, token: &str
     body.len()
 }
 
-// The baseline caches' key: the resolver's `CacheKey` is (Arc<Endpoint>, Box<str>) and is
-// looked up through `Borrow<dyn KeyView>` without building a key; this is the same, with the
-// endpoint as an `Arc<str>`.
+// The baseline caches' key: the resolver's `CacheKey` is (Arc<Endpoint>, the token inline up to
+// 48 bytes) and is looked up through `Borrow<dyn KeyView>` without building a key; this is the
+// same, with the endpoint as an `Arc<str>`.
 
 /// Both parts of a key, owned or borrowed.
 pub trait KeyView {
     fn endpoint(&self) -> &str;
-    fn token(&self) -> &str;
+    fn token(&self) -> &[u8];
 }
 
 impl Hash for dyn KeyView + '_ {
@@ -256,14 +256,14 @@ impl Eq for dyn KeyView + '_ {}
 #[derive(Clone)]
 pub struct Key {
     pub endpoint: Arc<str>,
-    pub token: Box<str>,
+    pub token: smallvec::SmallVec<[u8; 48]>,
 }
 
 impl KeyView for Key {
     fn endpoint(&self) -> &str {
         &self.endpoint
     }
-    fn token(&self) -> &str {
+    fn token(&self) -> &[u8] {
         &self.token
     }
 }
@@ -298,8 +298,8 @@ impl KeyView for KeyRef<'_> {
     fn endpoint(&self) -> &str {
         self.endpoint
     }
-    fn token(&self) -> &str {
-        self.token
+    fn token(&self) -> &[u8] {
+        self.token.as_bytes()
     }
 }
 
