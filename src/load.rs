@@ -508,14 +508,25 @@ async fn fill(entries: u64, concurrency: usize) -> Result<(), String> {
         .default_auth_url(&base)
         .cache_ttl(Duration::from_secs(3600))
         // Room for the warm-up and the fill, no more: moka sizes its frequency sketch by this.
-        .max_cache_entries(entries + concurrency as u64)
+        .max_cache_entries(entries + 4 * concurrency as u64)
         .build()
         .map_err(|e| e.to_string())?;
-    // Connections and buffers exist before the first measurement.
-    for i in 0..concurrency as u64 {
-        resolver
-            .resolve(&base, &fill_token(u64::MAX - i))
-            .await
+    // Connections and buffers exist before the first measurement: a concurrent warm-up opens
+    // as many connections as the fill will use, on both sides.
+    let mut warm_up = tokio::task::JoinSet::new();
+    for task in 0..concurrency as u64 {
+        let (resolver, base) = (resolver.clone(), base.clone());
+        warm_up.spawn(async move {
+            for i in 0..4 {
+                resolver
+                    .resolve(&base, &fill_token(u64::MAX - task * 4 - i))
+                    .await?;
+            }
+            Ok::<(), crate::ResolveError>(())
+        });
+    }
+    while let Some(done) = warm_up.join_next().await {
+        done.map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
     }
     let rss_before = proc_status_kib("VmRSS:").ok_or("no /proc/self/status")?;
