@@ -89,11 +89,15 @@ impl<T> Drop for Seat<'_, '_, T> {
             .map
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let key = self.key as &dyn KeyView;
-        let ours = map.get(key).is_some_and(|f| Arc::ptr_eq(f, &self.flight));
+        // Taken out and put back when it must stay: one hash of the key in the usual case (the
+        // flight is ours and done), where a look-up and then a removal hashed it twice.
+        let Some((key, flight)) = map.remove_entry(self.key as &dyn KeyView) else {
+            return;
+        };
+        let ours = Arc::ptr_eq(&flight, &self.flight);
         // The map holds one reference and each seated caller one; 2 means we are the last.
-        if ours && (self.flight.initialized() || Arc::strong_count(&self.flight) == 2) {
-            map.remove(key);
+        if !(ours && (self.flight.initialized() || Arc::strong_count(&self.flight) == 2)) {
+            map.insert(key, flight);
         }
     }
 }

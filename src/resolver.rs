@@ -388,8 +388,12 @@ impl Resolver {
     ) -> Result<Cached, ResolveError> {
         let inner = &*self.inner;
         // A flight that ended just before this one began may have cached the answer already.
-        if let Lookup::Fresh(cached) = self.lookup(key) {
-            return Ok(cached);
+        // `contains_key` first: unlike `get` it records no read, so the usual case (nothing
+        // there, as the caller just saw) costs a probe of the map and nothing more.
+        if inner.cache.contains_key(key as &dyn KeyView) {
+            if let Lookup::Fresh(cached) = self.lookup(key) {
+                return Ok(cached);
+            }
         }
         let generation = inner.generation.load(Ordering::Acquire);
         #[cfg(feature = "redis")]
@@ -1001,6 +1005,10 @@ impl ResolverBuilder {
             // A proxy from the environment would see every token; the allowlist decides where
             // tokens go, not HTTPS_PROXY.
             .no_proxy()
+            // The resolver retries transient failures itself, within its deadline. reqwest's
+            // own retry layer (for HTTP/2 refusals, which this HTTP/1 client never sees) would
+            // clone every request's headers in case; with no retries allowed it clones nothing.
+            .retry(reqwest::retry::never().max_retries_per_request(0))
             .user_agent(concat!("token-resolver/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| {
