@@ -309,6 +309,7 @@ pub struct User {
     pub id: i64,
     pub name: String,
     pub extra: serde_json::Map<String, serde_json::Value>,
+    pub stale: bool,
 }
 
 /// A baseline cache's value, shaped like the resolver's `Cached`: cloning it is an `Arc` clone.
@@ -316,12 +317,11 @@ pub struct User {
 pub enum Value {
     User {
         user: Arc<User>,
-        ttl: Duration,
-        fresh_until: Option<Instant>,
+        fresh_until: Instant,
     },
     Rejected {
         status: u16,
-        ttl: Duration,
+        fresh_until: Instant,
     },
 }
 
@@ -332,24 +332,25 @@ impl Value {
                 id,
                 name: name(id as u64),
                 extra: serde_json::Map::new(),
+                stale: false,
             }),
-            ttl: Duration::from_secs(3600),
-            fresh_until: None,
+            fresh_until: Instant::now() + Duration::from_secs(3600),
         }
     }
 
-    fn ttl(&self) -> Duration {
+    fn fresh_until(&self) -> Instant {
         match self {
-            Value::User { ttl, .. } | Value::Rejected { ttl, .. } => *ttl,
+            Value::User { fresh_until, .. } | Value::Rejected { fresh_until, .. } => *fresh_until,
         }
     }
 }
 
+/// Derives each entry's lifetime from its deadline, as the resolver's cache does.
 struct PerEntryTtl;
 
 impl moka::Expiry<Key, Value> for PerEntryTtl {
-    fn expire_after_create(&self, _: &Key, value: &Value, _: Instant) -> Option<Duration> {
-        Some(value.ttl())
+    fn expire_after_create(&self, _: &Key, value: &Value, now: Instant) -> Option<Duration> {
+        Some(value.fresh_until().saturating_duration_since(now))
     }
 }
 
