@@ -2,6 +2,15 @@
 //!
 //! The embedding server installs a recorder (Prometheus, StatsD, ...); without one, recording
 //! costs next to nothing. No label ever carries a token or a user name.
+//!
+//! [`RESOLUTIONS_TOTAL`], counted on every resolution, is registered with the recorder once per
+//! resolver, at its first resolution; install the recorder before resolving anything.
+
+use std::sync::OnceLock;
+
+use metrics::Counter;
+
+use crate::error::ErrorCode;
 
 /// Counter, label `outcome`: `hit`, `miss` (answered by an upstream call this resolution made),
 /// `coalesced` (answered by another resolution's call), or the error code of a failure.
@@ -32,3 +41,97 @@ pub const STALE_SERVED_TOTAL: &str = "token_resolver_stale_served_total";
 /// Counter, label `op`: shared cache (Redis) operations that failed or timed out; the
 /// resolution went on without Redis.
 pub const SHARED_CACHE_ERRORS_TOTAL: &str = "token_resolver_shared_cache_errors_total";
+
+/// Every `outcome` of [`RESOLUTIONS_TOTAL`]: how an answer came, then each error code.
+const OUTCOMES: [&str; 4 + ErrorCode::ALL.len()] = {
+    let mut outcomes = [
+        "hit",
+        "miss",
+        "coalesced",
+        "stale",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+    ];
+    let mut i = 0;
+    while i < ErrorCode::ALL.len() {
+        outcomes[4 + i] = ErrorCode::ALL[i].as_str();
+        i += 1;
+    }
+    outcomes
+};
+
+/// A resolver's [`RESOLUTIONS_TOTAL`] counters, one handle per outcome, registered with the
+/// recorder at the first resolution. Counting is then a call on a handle; the `counter!` macro
+/// would build and hash the key on every resolution (about 200 instructions of a ~2,400
+/// instruction cache hit, with no recorder at all) and have the recorder look it up.
+#[derive(Default)]
+pub(crate) struct Resolutions {
+    handles: OnceLock<Box<[Counter; OUTCOMES.len()]>>,
+}
+
+impl Resolutions {
+    /// Counts one resolution under `outcome`, one of [`OUTCOMES`].
+    pub(crate) fn count(&self, outcome: &'static str) {
+        let handles = self.handles.get_or_init(|| {
+            Box::new(
+                OUTCOMES.map(|outcome| metrics::counter!(RESOLUTIONS_TOTAL, "outcome" => outcome)),
+            )
+        });
+        match OUTCOMES.iter().position(|known| *known == outcome) {
+            Some(i) => handles[i].increment(1),
+            // Not reached while OUTCOMES lists every code; counted all the same if it is.
+            None => metrics::counter!(RESOLUTIONS_TOTAL, "outcome" => outcome).increment(1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    #[test]
+    fn outcomes_name_every_error_code_once() {
+        for code in ErrorCode::ALL {
+            let n = OUTCOMES.iter().filter(|o| **o == code.as_str()).count();
+            assert_eq!(n, 1, "{code:?}");
+        }
+        assert!(!OUTCOMES.contains(&""));
+    }
+
+    #[test]
+    fn resolutions_are_counted_per_outcome_on_registered_handles() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let resolutions = Resolutions::default();
+        metrics::with_local_recorder(&recorder, || {
+            for outcome in ["hit", "hit", "hit", "token_rejected", "overloaded"] {
+                resolutions.count(outcome);
+            }
+        });
+        let snapshot = snapshotter.snapshot().into_vec();
+        let count = |outcome: &str| {
+            snapshot
+                .iter()
+                .find(|(key, ..)| key.key().labels().any(|l| l.value() == outcome))
+                .map(|(.., value)| match value {
+                    DebugValue::Counter(n) => *n,
+                    other => panic!("a counter, not {other:?}"),
+                })
+        };
+        assert_eq!(count("hit"), Some(3));
+        assert_eq!(count("token_rejected"), Some(1));
+        assert_eq!(count("overloaded"), Some(1));
+        assert_eq!(
+            count("miss"),
+            Some(0),
+            "every outcome is registered, at zero"
+        );
+    }
+}
