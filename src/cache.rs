@@ -186,8 +186,7 @@ impl Cached {
 fn deadline(fresh: Duration) -> Instant {
     const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
     let now = Instant::now();
-    now.checked_add(fresh)
-        .unwrap_or_else(|| now + CENTURY.min(fresh))
+    now.checked_add(fresh).unwrap_or(now + CENTURY)
 }
 
 /// Gives each entry the lifetime its deadline leaves, plus the stale window for users.

@@ -508,7 +508,7 @@ async fn fill(entries: u64, concurrency: usize) -> Result<(), String> {
         .default_auth_url(&base)
         .cache_ttl(Duration::from_secs(3600))
         // Room for the warm-up and the fill, no more: moka sizes its frequency sketch by this.
-        .max_cache_entries(entries + 4 * concurrency as u64)
+        .max_cache_entries(entries + WARM_UP_PER_TASK * concurrency as u64)
         .build()
         .map_err(|e| e.to_string())?;
     // Connections and buffers exist before the first measurement: a concurrent warm-up opens
@@ -517,9 +517,9 @@ async fn fill(entries: u64, concurrency: usize) -> Result<(), String> {
     for task in 0..concurrency as u64 {
         let (resolver, base) = (resolver.clone(), base.clone());
         warm_up.spawn(async move {
-            for i in 0..4 {
+            for i in 0..WARM_UP_PER_TASK {
                 resolver
-                    .resolve(&base, &fill_token(u64::MAX - task * 4 - i))
+                    .resolve(&base, &fill_token(u64::MAX - task * WARM_UP_PER_TASK - i))
                     .await?;
             }
             Ok::<(), crate::ResolveError>(())
@@ -567,6 +567,9 @@ async fn fill(entries: u64, concurrency: usize) -> Result<(), String> {
     );
     Ok(())
 }
+
+/// Resolutions each task of the fill makes before the first reading (and entries they leave).
+const WARM_UP_PER_TASK: u64 = 4;
 
 /// The fill's `i`th token: 43 bytes, like 32 random bytes in base64url.
 fn fill_token(i: u64) -> String {
