@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use tracing::field::Empty;
@@ -382,7 +382,7 @@ impl Resolver {
             // Only kept past its freshness when stale serving is on; otherwise moka dropped it
             // at `fresh_until` and a hit needs no clock.
             Some(Cached::User { user, fresh_until })
-                if !self.inner.serve_stale_for.is_zero() && Instant::now() >= fresh_until =>
+                if !self.inner.serve_stale_for.is_zero() && fresh_until.has_passed() =>
             {
                 Lookup::Stale(user)
             }
@@ -573,7 +573,7 @@ impl Inner {
         generation: u64,
     ) -> bool {
         let invalidated_meanwhile = self.generation.load(Ordering::Acquire) != generation;
-        if cached.fresh_until() <= Instant::now() || invalidated_meanwhile {
+        if cached.fresh_until().has_passed() || invalidated_meanwhile {
             return false;
         }
         self.cache
