@@ -92,7 +92,7 @@ impl<'de> Visitor<'de> for UserVisitor {
         Ok(User {
             id,
             name,
-            extra,
+            extra: extra.into(),
             stale: false,
         })
     }

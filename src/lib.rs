@@ -23,7 +23,7 @@
 //! - [`auth_url`]: parsing and normalising an authUrl into an endpoint, and the allowlist.
 //! - [`token`]: the access token's syntax rule and its redacted [`AccessToken`] type.
 //! - [`answer`]: strict parsing of the `/api/user` answer and of its `Cache-Control`.
-//! - [`user`]: [`User`], what a resolution yields.
+//! - [`user`]: [`User`], what a resolution yields, and its [`ExtraFields`].
 //! - `cache` (private): the cache keys, entries and per-entry expiry on top of moka.
 //! - `upstream` (private): the HTTP call with its deadline, retries and body cap.
 //! - `breaker` (private): the per-API circuit breaker that makes a dead API fail fast.
@@ -104,7 +104,7 @@ pub use auth_url::{AllowList, Endpoint};
 pub use error::{ConfigError, ErrorCode, ResolveError};
 pub use resolver::{ConnectRequest, JoinRequest, Resolver, ResolverBuilder, Stats};
 pub use token::AccessToken;
-pub use user::{Identity, User};
+pub use user::{ExtraFields, Identity, User};
 
 /// The README's Rust examples compile as doctests.
 #[cfg(doctest)]

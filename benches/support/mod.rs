@@ -308,21 +308,22 @@ impl KeyView for KeyRef<'_> {
 pub struct User {
     pub id: i64,
     pub name: String,
-    pub extra: serde_json::Map<String, serde_json::Value>,
+    pub extra: Option<Box<serde_json::Map<String, serde_json::Value>>>,
     pub stale: bool,
 }
 
-/// A baseline cache's value, shaped like the resolver's `Cached`: cloning it is an `Arc` clone.
+/// A baseline cache's value, shaped like the resolver's `Cached`: cloning it is an `Arc` clone,
+/// and the deadline is nanoseconds since an origin, as the resolver's `Deadline`.
 #[derive(Debug, Clone)]
 pub enum Value {
-    User {
-        user: Arc<User>,
-        fresh_until: Instant,
-    },
-    Rejected {
-        status: u16,
-        fresh_until: Instant,
-    },
+    User { user: Arc<User>, fresh_until: u64 },
+    Rejected { status: u16, fresh_until: u64 },
+}
+
+/// `instant` in nanoseconds since the first call.
+fn nanos(instant: Instant) -> u64 {
+    static ORIGIN: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+    instant.saturating_duration_since(*ORIGIN).as_nanos() as u64
 }
 
 impl Value {
@@ -331,14 +332,14 @@ impl Value {
             user: Arc::new(User {
                 id,
                 name: name(id as u64),
-                extra: serde_json::Map::new(),
+                extra: None,
                 stale: false,
             }),
-            fresh_until: Instant::now() + Duration::from_secs(3600),
+            fresh_until: nanos(Instant::now() + Duration::from_secs(3600)),
         }
     }
 
-    fn fresh_until(&self) -> Instant {
+    fn fresh_until(&self) -> u64 {
         match self {
             Value::User { fresh_until, .. } | Value::Rejected { fresh_until, .. } => *fresh_until,
         }
@@ -350,7 +351,9 @@ struct PerEntryTtl;
 
 impl moka::Expiry<Key, Value> for PerEntryTtl {
     fn expire_after_create(&self, _: &Key, value: &Value, now: Instant) -> Option<Duration> {
-        Some(value.fresh_until().saturating_duration_since(now))
+        Some(Duration::from_nanos(
+            value.fresh_until().saturating_sub(nanos(now)),
+        ))
     }
 }
 
