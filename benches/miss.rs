@@ -10,6 +10,13 @@
 //!   have joined (and `no-store`, so nothing is served from the cache), exactly one call; and N
 //!   distinct tokens resolved 10 times each at once make exactly N calls.
 //!
+//! - `miss, interleaved`: the same comparison measured so that drift cannot tilt it, plus a
+//!   fourth contender, the naive call followed by a moka insert of the same entry the resolver
+//!   stores (what caching a miss costs a hand-written integrator). Each round runs a batch of
+//!   misses of every contender back to back in a rotating order; a ratio is the median of the
+//!   per-round ratios. Criterion gives each function its own few seconds, and on a shared VM the
+//!   machine's speed moves between those stretches by more than the differences measured here.
+//!
 //! The upstream runs on its own thread and runtime, so that it does not take the measured
 //! runtime's workers; both share the machine's 2 cores. `cargo bench --bench miss`.
 
@@ -19,8 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use support::{token, Upstream, UpstreamConfig};
+use criterion::{criterion_group, Criterion, Throughput};
+use support::{token, Key, Upstream, UpstreamConfig, Value};
 use token_resolver::Resolver;
 
 /// Tokens for `iters` iterations, each never used before by this process.
@@ -224,6 +231,144 @@ fn coalesce(c: &mut Criterion) {
     group.finish();
 }
 
+/// Rounds of the interleaved comparison, and misses of each contender per round.
+const ROUNDS: usize = 40;
+const PER_ROUND: u64 = 200;
+
+/// What the interleaved comparison runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Contender {
+    Resolve,
+    ReqwestNaive,
+    NaiveThenMokaInsert,
+    HyperFloor,
+}
+
+impl Contender {
+    const ALL: [Contender; 4] = [
+        Contender::Resolve,
+        Contender::ReqwestNaive,
+        Contender::NaiveThenMokaInsert,
+        Contender::HyperFloor,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Contender::Resolve => "resolve",
+            Contender::ReqwestNaive => "reqwest_naive",
+            Contender::NaiveThenMokaInsert => "reqwest_naive + moka insert",
+            Contender::HyperFloor => "hyper_floor",
+        }
+    }
+}
+
+/// Everything a contender's batch needs, shared with the spawned task that times it.
+struct Contenders {
+    base: String,
+    url: String,
+    uri: axum::http::Uri,
+    endpoint: Arc<str>,
+    resolver: Resolver,
+    naive: reqwest::Client,
+    cache: moka::sync::Cache<Key, Value>,
+    hyper: support::HyperClient,
+}
+
+impl Contenders {
+    /// Mean time per miss of `contender` over `tokens`.
+    async fn batch(&self, contender: Contender, tokens: &[String]) -> f64 {
+        let start = Instant::now();
+        for t in tokens {
+            match contender {
+                Contender::Resolve => {
+                    self.resolver.resolve(&self.base, t).await.expect("a miss");
+                }
+                Contender::ReqwestNaive => {
+                    support::naive_resolve(&self.naive, &self.url, t).await;
+                }
+                Contender::NaiveThenMokaInsert => {
+                    let user = support::naive_resolve(&self.naive, &self.url, t).await;
+                    let key = Key {
+                        endpoint: self.endpoint.clone(),
+                        token: t.as_bytes().into(),
+                    };
+                    self.cache.insert(key, Value::answered(user.id, user.name));
+                }
+                Contender::HyperFloor => {
+                    support::hyper_post(&self.hyper, &self.uri, t).await;
+                }
+            }
+        }
+        start.elapsed().as_secs_f64() / tokens.len() as f64
+    }
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// The miss comparison with every contender in every round; prints one table.
+fn miss_interleaved() {
+    let rt = support::runtime();
+    let upstream = Upstream::start(UpstreamConfig {
+        cache_control: "private, max-age=60",
+        gate: None,
+    });
+    let url = upstream.user_url();
+    let all = Arc::new(Contenders {
+        base: upstream.base(),
+        uri: url.parse().unwrap(),
+        endpoint: Arc::from(url.as_str()),
+        url,
+        resolver: support::resolver(&upstream.base()),
+        naive: reqwest::Client::new(),
+        // The resolver's default capacity, as `support::resolver` has.
+        cache: support::moka_cache(100_000),
+        hyper: support::hyper_client(),
+    });
+    let next = AtomicU64::new(0);
+    let batch = |contender: Contender, n: u64| {
+        let (all, tokens) = (all.clone(), fresh_tokens('i', &next, n));
+        rt.block_on(rt.spawn(async move { all.batch(contender, &tokens).await }))
+            .unwrap()
+    };
+    // Warm-up: every client's connection open, every code path run.
+    for contender in Contender::ALL {
+        batch(contender, PER_ROUND);
+    }
+    let mut per_miss: Vec<Vec<f64>> = vec![Vec::new(); Contender::ALL.len()];
+    for round in 0..ROUNDS {
+        for i in 0..Contender::ALL.len() {
+            let slot = (i + round) % Contender::ALL.len();
+            per_miss[slot].push(batch(Contender::ALL[slot], PER_ROUND));
+        }
+    }
+    let ratio_to = |baseline: Contender, of: usize| {
+        let base = &per_miss[baseline as usize];
+        median((0..ROUNDS).map(|r| per_miss[of][r] / base[r]).collect())
+    };
+    println!(
+        "\nmiss, interleaved: {ROUNDS} rounds x {PER_ROUND} misses of each, rotating order; \
+         medians of the per-round values"
+    );
+    println!("| contender | per miss | / reqwest_naive | / hyper_floor |");
+    println!("|---|---:|---:|---:|");
+    for (i, contender) in Contender::ALL.iter().enumerate() {
+        println!(
+            "| {} | {:.1} µs | {:.3}x | {:.3}x |",
+            contender.name(),
+            median(per_miss[i].clone()) * 1e6,
+            ratio_to(Contender::ReqwestNaive, i),
+            ratio_to(Contender::HyperFloor, i),
+        );
+    }
+    println!(
+        "targets: resolve <= 1.25x hyper_floor, <= 1.00x reqwest_naive (one run's \
+         medians; see the README for the spread over runs)"
+    );
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
@@ -231,4 +376,13 @@ criterion_group! {
         .measurement_time(Duration::from_secs(3));
     targets = miss, coalesce
 }
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    // Criterion's own `main`, plus the interleaved table; `--list` and `--test` (as from
+    // `cargo test --benches`) ask for no measurement.
+    if !std::env::args().any(|a| a == "--list" || a == "--test") {
+        miss_interleaved();
+    }
+    Criterion::default().configure_from_args().final_summary();
+}

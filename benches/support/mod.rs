@@ -328,10 +328,15 @@ fn nanos(instant: Instant) -> u64 {
 
 impl Value {
     pub fn user(id: i64) -> Value {
+        Value::answered(id, name(id as u64))
+    }
+
+    /// The entry for an answer of `id` and `name`, fresh for an hour.
+    pub fn answered(id: i64, name: String) -> Value {
         Value::User {
             user: Arc::new(User {
                 id,
-                name: name(id as u64),
+                name,
                 extra: None,
                 stale: false,
             }),
