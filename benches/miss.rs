@@ -345,7 +345,8 @@ fn miss_interleaved() {
         }
     }
     let ratio_to = |baseline: Contender, of: usize| {
-        let base = &per_miss[baseline as usize];
+        let at = Contender::ALL.iter().position(|c| *c == baseline).unwrap();
+        let base = &per_miss[at];
         median((0..ROUNDS).map(|r| per_miss[of][r] / base[r]).collect())
     };
     println!(
