@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, Criterion, Throughput};
 use support::{token, Key, Upstream, UpstreamConfig, Value};
 use token_resolver::Resolver;
+use tokio::runtime::Runtime;
 
 /// Tokens for `iters` iterations, each never used before by this process.
 fn fresh_tokens(set: char, next: &AtomicU64, iters: u64) -> Vec<String> {
@@ -36,72 +37,127 @@ fn fresh_tokens(set: char, next: &AtomicU64, iters: u64) -> Vec<String> {
     (first..first + iters).map(|i| token(set, i)).collect()
 }
 
+/// What `miss` and the interleaved comparison run.
+#[derive(Clone, Copy, PartialEq)]
+enum Contender {
+    Resolve,
+    ReqwestNaive,
+    NaiveThenMokaInsert,
+    HyperFloor,
+}
+
+impl Contender {
+    const ALL: [Contender; 4] = [
+        Contender::Resolve,
+        Contender::ReqwestNaive,
+        Contender::NaiveThenMokaInsert,
+        Contender::HyperFloor,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Contender::Resolve => "resolve",
+            Contender::ReqwestNaive => "reqwest_naive",
+            Contender::NaiveThenMokaInsert => "reqwest_naive + moka insert",
+            Contender::HyperFloor => "hyper_floor",
+        }
+    }
+}
+
+/// Everything a contender needs, shared with the spawned task that times it.
+struct Contenders {
+    base: String,
+    url: String,
+    uri: axum::http::Uri,
+    endpoint: Arc<str>,
+    resolver: Resolver,
+    naive: reqwest::Client,
+    cache: moka::sync::Cache<Key, Value>,
+    hyper: support::HyperClient,
+}
+
+impl Contenders {
+    /// Every contender, against an upstream of its own (returned too: it stops when dropped).
+    fn start() -> (Upstream, Arc<Contenders>) {
+        let upstream = Upstream::start(UpstreamConfig {
+            cache_control: "private, max-age=60",
+            gate: None,
+        });
+        let url = upstream.user_url();
+        let all = Arc::new(Contenders {
+            base: upstream.base(),
+            uri: url.parse().unwrap(),
+            endpoint: Arc::from(url.as_str()),
+            url,
+            resolver: support::resolver(&upstream.base()),
+            naive: reqwest::Client::new(),
+            // The resolver's default capacity, as `support::resolver` has.
+            cache: support::moka_cache(100_000),
+            hyper: support::hyper_client(),
+        });
+        (upstream, all)
+    }
+
+    /// How long `contender` takes over `tokens`, run in a task on `rt`'s workers.
+    fn run(self: &Arc<Self>, rt: &Runtime, contender: Contender, tokens: Vec<String>) -> Duration {
+        let all = self.clone();
+        rt.block_on(rt.spawn(async move { all.batch(contender, &tokens).await }))
+            .unwrap()
+    }
+
+    async fn batch(&self, contender: Contender, tokens: &[String]) -> Duration {
+        let start = Instant::now();
+        for t in tokens {
+            match contender {
+                Contender::Resolve => {
+                    self.resolver.resolve(&self.base, t).await.expect("a miss");
+                }
+                Contender::ReqwestNaive => {
+                    support::naive_resolve(&self.naive, &self.url, t).await;
+                }
+                Contender::NaiveThenMokaInsert => {
+                    let user = support::naive_resolve(&self.naive, &self.url, t).await;
+                    let key = Key {
+                        endpoint: self.endpoint.clone(),
+                        token: t.as_bytes().into(),
+                    };
+                    self.cache.insert(key, Value::answered(user.id, user.name));
+                }
+                Contender::HyperFloor => {
+                    support::hyper_post(&self.hyper, &self.uri, t).await;
+                }
+            }
+        }
+        start.elapsed()
+    }
+}
+
 fn miss(c: &mut Criterion) {
     let rt = support::runtime();
-    let upstream = Upstream::start(UpstreamConfig {
-        cache_control: "private, max-age=60",
-        gate: None,
-    });
-    let base = upstream.base();
-    let url = upstream.user_url();
-    let uri: axum::http::Uri = url.parse().unwrap();
-    let resolver = support::resolver(&base);
-    let naive = reqwest::Client::new();
-    let hyper = support::hyper_client();
+    let (_upstream, all) = Contenders::start();
     let next = AtomicU64::new(0);
 
     let mut group = c.benchmark_group("miss");
     group.throughput(Throughput::Elements(1));
     group.sample_size(30);
-    group.bench_function("resolve", |b| {
-        b.iter_custom(|iters| {
-            let tokens = fresh_tokens('m', &next, iters);
-            let (task_resolver, base) = (resolver.clone(), base.clone());
-            let before = resolver.stats().misses;
-            let elapsed = rt
-                .block_on(rt.spawn(async move {
-                    let start = Instant::now();
-                    for t in &tokens {
-                        task_resolver
-                            .resolve(&base, t)
-                            .await
-                            .expect("a miss resolves");
-                    }
-                    start.elapsed()
-                }))
-                .unwrap();
-            assert_eq!(resolver.stats().misses - before, iters, "every one a miss");
-            elapsed
-        })
-    });
-    group.bench_function("hyper_floor", |b| {
-        b.iter_custom(|iters| {
-            let tokens = fresh_tokens('m', &next, iters);
-            let (hyper, uri) = (hyper.clone(), uri.clone());
-            rt.block_on(rt.spawn(async move {
-                let start = Instant::now();
-                for t in &tokens {
-                    support::hyper_post(&hyper, &uri, t).await;
+    for contender in [
+        Contender::Resolve,
+        Contender::HyperFloor,
+        Contender::ReqwestNaive,
+    ] {
+        group.bench_function(contender.name(), |b| {
+            b.iter_custom(|iters| {
+                let resolving = contender == Contender::Resolve;
+                let misses_before = resolving.then(|| all.resolver.stats().misses);
+                let elapsed = all.run(&rt, contender, fresh_tokens('m', &next, iters));
+                if let Some(before) = misses_before {
+                    let misses = all.resolver.stats().misses - before;
+                    assert_eq!(misses, iters, "every one a miss");
                 }
-                start.elapsed()
-            }))
-            .unwrap()
-        })
-    });
-    group.bench_function("reqwest_naive", |b| {
-        b.iter_custom(|iters| {
-            let tokens = fresh_tokens('m', &next, iters);
-            let (naive, url) = (naive.clone(), url.clone());
-            rt.block_on(rt.spawn(async move {
-                let start = Instant::now();
-                for t in &tokens {
-                    support::naive_resolve(&naive, &url, t).await;
-                }
-                start.elapsed()
-            }))
-            .unwrap()
-        })
-    });
+                elapsed
+            })
+        });
+    }
     group.finish();
 }
 
@@ -235,74 +291,6 @@ fn coalesce(c: &mut Criterion) {
 const ROUNDS: usize = 40;
 const PER_ROUND: u64 = 200;
 
-/// What the interleaved comparison runs.
-#[derive(Clone, Copy, PartialEq)]
-enum Contender {
-    Resolve,
-    ReqwestNaive,
-    NaiveThenMokaInsert,
-    HyperFloor,
-}
-
-impl Contender {
-    const ALL: [Contender; 4] = [
-        Contender::Resolve,
-        Contender::ReqwestNaive,
-        Contender::NaiveThenMokaInsert,
-        Contender::HyperFloor,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            Contender::Resolve => "resolve",
-            Contender::ReqwestNaive => "reqwest_naive",
-            Contender::NaiveThenMokaInsert => "reqwest_naive + moka insert",
-            Contender::HyperFloor => "hyper_floor",
-        }
-    }
-}
-
-/// Everything a contender's batch needs, shared with the spawned task that times it.
-struct Contenders {
-    base: String,
-    url: String,
-    uri: axum::http::Uri,
-    endpoint: Arc<str>,
-    resolver: Resolver,
-    naive: reqwest::Client,
-    cache: moka::sync::Cache<Key, Value>,
-    hyper: support::HyperClient,
-}
-
-impl Contenders {
-    /// Mean time per miss of `contender` over `tokens`.
-    async fn batch(&self, contender: Contender, tokens: &[String]) -> f64 {
-        let start = Instant::now();
-        for t in tokens {
-            match contender {
-                Contender::Resolve => {
-                    self.resolver.resolve(&self.base, t).await.expect("a miss");
-                }
-                Contender::ReqwestNaive => {
-                    support::naive_resolve(&self.naive, &self.url, t).await;
-                }
-                Contender::NaiveThenMokaInsert => {
-                    let user = support::naive_resolve(&self.naive, &self.url, t).await;
-                    let key = Key {
-                        endpoint: self.endpoint.clone(),
-                        token: t.as_bytes().into(),
-                    };
-                    self.cache.insert(key, Value::answered(user.id, user.name));
-                }
-                Contender::HyperFloor => {
-                    support::hyper_post(&self.hyper, &self.uri, t).await;
-                }
-            }
-        }
-        start.elapsed().as_secs_f64() / tokens.len() as f64
-    }
-}
-
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
@@ -311,43 +299,27 @@ fn median(mut xs: Vec<f64>) -> f64 {
 /// The miss comparison with every contender in every round; prints one table.
 fn miss_interleaved() {
     let rt = support::runtime();
-    let upstream = Upstream::start(UpstreamConfig {
-        cache_control: "private, max-age=60",
-        gate: None,
-    });
-    let url = upstream.user_url();
-    let all = Arc::new(Contenders {
-        base: upstream.base(),
-        uri: url.parse().unwrap(),
-        endpoint: Arc::from(url.as_str()),
-        url,
-        resolver: support::resolver(&upstream.base()),
-        naive: reqwest::Client::new(),
-        // The resolver's default capacity, as `support::resolver` has.
-        cache: support::moka_cache(100_000),
-        hyper: support::hyper_client(),
-    });
+    let (_upstream, all) = Contenders::start();
     let next = AtomicU64::new(0);
-    let batch = |contender: Contender, n: u64| {
-        let (all, tokens) = (all.clone(), fresh_tokens('i', &next, n));
-        rt.block_on(rt.spawn(async move { all.batch(contender, &tokens).await }))
-            .unwrap()
+    let per_miss = |contender: Contender, n: u64| {
+        let elapsed = all.run(&rt, contender, fresh_tokens('i', &next, n));
+        elapsed.as_secs_f64() / n as f64
     };
     // Warm-up: every client's connection open, every code path run.
     for contender in Contender::ALL {
-        batch(contender, PER_ROUND);
+        per_miss(contender, PER_ROUND);
     }
-    let mut per_miss: Vec<Vec<f64>> = vec![Vec::new(); Contender::ALL.len()];
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); Contender::ALL.len()];
     for round in 0..ROUNDS {
         for i in 0..Contender::ALL.len() {
             let slot = (i + round) % Contender::ALL.len();
-            per_miss[slot].push(batch(Contender::ALL[slot], PER_ROUND));
+            times[slot].push(per_miss(Contender::ALL[slot], PER_ROUND));
         }
     }
     let ratio_to = |baseline: Contender, of: usize| {
         let at = Contender::ALL.iter().position(|c| *c == baseline).unwrap();
-        let base = &per_miss[at];
-        median((0..ROUNDS).map(|r| per_miss[of][r] / base[r]).collect())
+        let base = &times[at];
+        median((0..ROUNDS).map(|r| times[of][r] / base[r]).collect())
     };
     println!(
         "\nmiss, interleaved: {ROUNDS} rounds x {PER_ROUND} misses of each, rotating order; \
@@ -359,7 +331,7 @@ fn miss_interleaved() {
         println!(
             "| {} | {:.1} µs | {:.3}x | {:.3}x |",
             contender.name(),
-            median(per_miss[i].clone()) * 1e6,
+            median(times[i].clone()) * 1e6,
             ratio_to(Contender::ReqwestNaive, i),
             ratio_to(Contender::HyperFloor, i),
         );
