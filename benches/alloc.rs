@@ -98,7 +98,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let upstream = Upstream::start(UpstreamConfig::default());
+    let upstream = Upstream::start(UpstreamConfig::default()).expect("the upstream starts");
     let base = upstream.base();
     let resolver = support::resolver(&base);
     let hot = token('a', 0);
@@ -185,15 +185,21 @@ fn main() {
 
     // The same calls by hand, for scale: each client's connection is open before counting.
     let url = upstream.user_url();
-    let naive = reqwest::Client::new();
+    let naive = support::naive_client();
     let hyper = support::hyper_client();
     let uri: axum::http::Uri = url.parse().unwrap();
-    rt.block_on(support::naive_resolve(&naive, &url, &token('x', 0)));
-    rt.block_on(support::hyper_post(&hyper, &uri, &token('x', 0)));
+    rt.block_on(support::naive_resolve(&naive, &url, &token('x', 0)))
+        .expect("a user");
+    rt.block_on(support::hyper_post(&hyper, &uri, &token('x', 0)))
+        .expect("a 200");
     let (total, _) = count(|| {
         rt.block_on(async {
             for t in &misses {
-                black_box(support::naive_resolve(&naive, &url, t).await);
+                black_box(
+                    support::naive_resolve(&naive, &url, t)
+                        .await
+                        .expect("a user"),
+                );
             }
         })
     });
@@ -204,7 +210,7 @@ fn main() {
     let (total, _) = count(|| {
         rt.block_on(async {
             for t in &misses {
-                black_box(support::hyper_post(&hyper, &uri, t).await);
+                black_box(support::hyper_post(&hyper, &uri, t).await.expect("a 200"));
             }
         })
     });

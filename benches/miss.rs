@@ -82,7 +82,8 @@ impl Contenders {
         let upstream = Upstream::start(UpstreamConfig {
             cache_control: "private, max-age=60",
             gate: None,
-        });
+        })
+        .expect("the upstream starts");
         let url = upstream.user_url();
         let all = Arc::new(Contenders {
             base: upstream.base(),
@@ -90,7 +91,7 @@ impl Contenders {
             endpoint: Arc::from(url.as_str()),
             url,
             resolver: support::resolver(&upstream.base()),
-            naive: reqwest::Client::new(),
+            naive: support::naive_client(),
             // The resolver's default capacity, as `support::resolver` has.
             cache: support::moka_cache(100_000),
             hyper: support::hyper_client(),
@@ -113,10 +114,14 @@ impl Contenders {
                     self.resolver.resolve(&self.base, t).await.expect("a miss");
                 }
                 Contender::ReqwestNaive => {
-                    support::naive_resolve(&self.naive, &self.url, t).await;
+                    support::naive_resolve(&self.naive, &self.url, t)
+                        .await
+                        .expect("a user");
                 }
                 Contender::NaiveThenMokaInsert => {
-                    let user = support::naive_resolve(&self.naive, &self.url, t).await;
+                    let user = support::naive_resolve(&self.naive, &self.url, t)
+                        .await
+                        .expect("a user");
                     let key = Key {
                         endpoint: self.endpoint.clone(),
                         token: t.as_bytes().into(),
@@ -124,7 +129,9 @@ impl Contenders {
                     self.cache.insert(key, Value::answered(user.id, user.name));
                 }
                 Contender::HyperFloor => {
-                    support::hyper_post(&self.hyper, &self.uri, t).await;
+                    support::hyper_post(&self.hyper, &self.uri, t)
+                        .await
+                        .expect("a 200");
                 }
             }
         }
@@ -200,7 +207,8 @@ fn check_coalescing(rt: &tokio::runtime::Runtime) {
     let held = Upstream::start(UpstreamConfig {
         cache_control: "no-store",
         gate: Some(gate.clone()),
-    });
+    })
+    .expect("the upstream starts");
     let resolver = support::resolver(&held.base());
     let started = Arc::new(AtomicU64::new(0));
     rt.block_on(async {
@@ -227,7 +235,7 @@ fn check_coalescing(rt: &tokio::runtime::Runtime) {
     assert_eq!(stats.coalesced, CONCURRENT as u64 - 1);
 
     // N distinct tokens, 10 resolutions of each at once: N calls.
-    let open = Upstream::start(UpstreamConfig::default());
+    let open = Upstream::start(UpstreamConfig::default()).expect("the upstream starts");
     let resolver = support::resolver(&open.base());
     let distinct = 200u64;
     rt.block_on(async {
@@ -258,7 +266,7 @@ fn coalesce(c: &mut Criterion) {
 
     // Timed: a cacheable answer, as in production; a task that starts after the flight has
     // landed is served by the cache, and still no second call is made.
-    let upstream = Upstream::start(UpstreamConfig::default());
+    let upstream = Upstream::start(UpstreamConfig::default()).expect("the upstream starts");
     let base = upstream.base();
     let resolver = support::resolver(&base);
     let next = AtomicU64::new(0);

@@ -90,11 +90,11 @@ where
 
 fn mixed(c: &mut Criterion) {
     let rt = support::runtime();
-    let upstream = Upstream::start(UpstreamConfig::default());
+    let upstream = Upstream::start(UpstreamConfig::default()).expect("the upstream starts");
     let base = upstream.base();
     let url = upstream.user_url();
     let resolver = support::resolver(&base);
-    let naive = reqwest::Client::new();
+    let naive = support::naive_client();
     let cursor = Arc::new(Cursor {
         stream: stream(),
         tokens: (0..TOKENS).map(|i| token('z', i)).collect(),
@@ -135,7 +135,9 @@ fn mixed(c: &mut Criterion) {
                         let (naive, url) = (naive.clone(), url.clone());
                         async move {
                             while let Some(t) = cursor.next(end) {
-                                support::naive_resolve(&naive, &url, &t).await;
+                                support::naive_resolve(&naive, &url, &t)
+                                    .await
+                                    .expect("a user");
                             }
                         }
                     }))

@@ -46,7 +46,7 @@ struct Fixture {
 impl Fixture {
     fn new() -> Fixture {
         let rt = support::runtime();
-        let upstream = Upstream::start(UpstreamConfig::default());
+        let upstream = Upstream::start(UpstreamConfig::default()).expect("the upstream starts");
         let base = upstream.base();
         let resolver = support::resolver(&base);
         let tokens: Vec<String> = (0..ENTRIES as u64).map(|i| token('h', i)).collect();

@@ -12,7 +12,7 @@ mod support;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use token_resolver::shared_cache::RedisTier;
+use token_resolver::RedisTier;
 use token_resolver::Resolver;
 
 use support::{runtime, token, Upstream, UpstreamConfig};
@@ -24,7 +24,7 @@ fn tiers(c: &mut Criterion) {
         return;
     };
     let rt = runtime();
-    let upstream = Upstream::start(UpstreamConfig::default());
+    let upstream = Upstream::start(UpstreamConfig::default()).expect("the upstream starts");
     let base = upstream.base();
     let tier = || RedisTier::new(redis.url(), SECRET).op_timeout(Duration::from_millis(200));
     let builder = || {

@@ -19,8 +19,8 @@ use arbitrary::Unstructured;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Number, Value};
 use token_resolver::answer::{parse_cache_control, parse_user, Freshness};
-use token_resolver::client::{RoomInfo, RoomJoinArgs};
-use token_resolver::token::{check_syntax, MAX_TOKEN_BYTES};
+use token_resolver::player::{RoomInfo, RoomJoinArgs};
+use token_resolver::{check_syntax, MAX_TOKEN_BYTES};
 use token_resolver::{AccessToken, Endpoint, ErrorCode, Resolver};
 
 // ---------------------------------------------------------------------------------------------
@@ -65,7 +65,7 @@ pub fn check_answer(body: &[u8], cache_control: Option<&str>) {
                 show(body)
             );
         }
-        (Err(message), None) => check_refusal_message(message, body),
+        (Err(refusal), None) => check_refusal_message(&refusal.to_string(), body),
         (Ok(user), None) => panic!(
             "parse_user accepted {user:?} from {}, which is not a valid answer",
             show(body)
@@ -379,7 +379,7 @@ pub fn check_endpoint(raw: &str, allow_insecure_http: bool) {
     let endpoint = match parsed {
         Ok(endpoint) => endpoint,
         Err(reason) => {
-            check_url_refusal(raw, &reason);
+            check_url_refusal(raw, &reason.to_string());
             return;
         }
     };
@@ -389,7 +389,7 @@ pub fn check_endpoint(raw: &str, allow_insecure_http: bool) {
         "insecure http narrowed {raw:?}"
     );
     assert!(
-        raw.len() <= token_resolver::auth_url::MAX_AUTH_URL_BYTES,
+        raw.len() <= token_resolver::MAX_AUTH_URL_BYTES,
         "accepted an overlong URL"
     );
     let source = url::Url::parse(raw)
@@ -431,7 +431,7 @@ pub fn check_endpoint(raw: &str, allow_insecure_http: bool) {
     assert_eq!(url.path(), expected_path, "endpoint path of {raw:?}");
     assert_eq!(endpoint.as_str(), url.as_str());
     assert!(
-        endpoint.as_str().len() <= token_resolver::auth_url::MAX_AUTH_URL_BYTES,
+        endpoint.as_str().len() <= token_resolver::MAX_AUTH_URL_BYTES,
         "the endpoint of {raw:?} is longer than the limit"
     );
     let again = Endpoint::parse(endpoint.as_str(), allow_insecure_http)
@@ -498,7 +498,7 @@ fn refusal_vocabulary() -> &'static str {
             "data:text/plain,x",
             &overlong,
         ] {
-            texts.extend(Endpoint::parse(raw, false).err());
+            texts.extend(Endpoint::parse(raw, false).err().map(|e| e.to_string()));
         }
         texts.join("\n").to_ascii_lowercase()
     })

@@ -3,9 +3,10 @@
 //!
 //! The body must be one JSON object with `id` a JSON integer that fits `i64` and `name` a JSON
 //! string; extra fields are kept, duplicate keys, trailing bytes and invalid UTF-8 are refused.
-//! Error texts say what was wrong without quoting the body, which a broken API might fill with
+//! Refusals ([`AnswerError`]) say what was wrong without quoting the body, which a broken API might fill with
 //! anything (the token included). Reading the body under a size cap is `upstream`'s job.
 
+use std::cell::Cell;
 use std::fmt;
 use std::time::Duration;
 
@@ -14,43 +15,99 @@ use serde_json::{Map, Value};
 
 use crate::user::User;
 
+/// Why an answer body is not a valid `/api/user` answer. The message names the rule broken,
+/// and for JSON syntax the line and column, never a value of the body.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AnswerError {
+    /// No bytes at all.
+    #[error("the body is empty")]
+    Empty,
+    /// Not JSON, or JSON followed by trailing bytes, or nested too deep: serde_json's message,
+    /// which gives the position only.
+    #[error("the body is not a valid answer: {0}")]
+    Syntax(String),
+    /// Valid JSON, but not an object, e.g. `"a JSON array"`.
+    #[error("the body is {0}, expected an object")]
+    NotAnObject(&'static str),
+    /// `id` or `name` is absent.
+    #[error("field \"{0}\" is missing")]
+    MissingField(&'static str),
+    /// A key appears twice (`id`, `name`, or `None` for one of the extra fields).
+    #[error("duplicate key {}", .0.map_or("among the extra fields".to_owned(), |k| format!("\"{k}\"")))]
+    DuplicateKey(Option<&'static str>),
+    /// `id` or `name` has the wrong JSON type.
+    #[error("field \"{field}\" is {found}, expected {expected}")]
+    WrongType {
+        /// `id` or `name`.
+        field: &'static str,
+        /// The JSON type found, e.g. `"a string"`.
+        found: &'static str,
+        /// What the protocol says, e.g. `"an integer"`.
+        expected: &'static str,
+    },
+    /// `id` is a number with a fraction or an exponent.
+    #[error("field \"id\" is not an integer (it has a fraction or an exponent)")]
+    IdNotAnInteger,
+    /// `id` is an integer beyond `i64`.
+    #[error("field \"id\" does not fit in a 64-bit signed integer")]
+    IdOutOfRange,
+}
+
 /// Parses an answer body strictly.
 ///
 /// # Errors
 ///
-/// A message naming what was wrong, e.g. `field "id" is a string, expected an integer`, or the
-/// JSON syntax error with its line and column. It never quotes the body.
+/// An [`AnswerError`] naming what was wrong, e.g. `field "id" is a string, expected an
+/// integer`, or the JSON syntax error with its line and column. It never quotes the body.
 ///
 /// # Example
 ///
 /// ```
-/// use token_resolver::answer::parse_user;
+/// use token_resolver::answer::{parse_user, AnswerError};
 ///
 /// let user = parse_user(br#"{"id": 42, "name": "alice", "level": 7}"#).unwrap();
 /// assert_eq!((user.id, user.name.as_str()), (42, "alice"));
 /// assert_eq!(user.extra["level"], 7);
-/// assert!(parse_user(br#"{"id": "42", "name": "alice"}"#).is_err());
+/// assert!(matches!(
+///     parse_user(br#"{"id": "42", "name": "alice"}"#),
+///     Err(AnswerError::WrongType { field: "id", .. })
+/// ));
 /// ```
-pub fn parse_user(body: &[u8]) -> Result<User, String> {
+pub fn parse_user(body: &[u8]) -> Result<User, AnswerError> {
+    // The visitor leaves its own, typed, error here and hands serde_json a placeholder.
+    let refusal = Cell::new(None);
     let mut de = serde_json::Deserializer::from_slice(body);
-    let user = de.deserialize_any(UserVisitor).map_err(describe)?;
-    de.end().map_err(describe)?;
-    Ok(user)
+    let parsed = de
+        .deserialize_any(UserVisitor { refusal: &refusal })
+        .and_then(|user| de.end().map(|()| user));
+    parsed.map_err(|e| refusal.take().unwrap_or_else(|| syntax(&e)))
 }
 
-fn describe(e: serde_json::Error) -> String {
+fn syntax(e: &serde_json::Error) -> AnswerError {
     if e.is_eof() && e.line() == 1 && e.column() == 0 {
-        return "the body is empty".to_owned();
+        return AnswerError::Empty;
     }
     // serde_json's own messages carry a position, never the input, since the visitor below
     // reports every type mismatch itself.
-    format!("the body is not a valid answer: {e}")
+    AnswerError::Syntax(e.to_string())
 }
 
 /// Builds a [`User`] from a JSON object, refusing duplicate keys and wrong types.
-struct UserVisitor;
+struct UserVisitor<'a> {
+    /// Where a refusal is left for [`parse_user`].
+    refusal: &'a Cell<Option<AnswerError>>,
+}
 
-impl<'de> Visitor<'de> for UserVisitor {
+impl UserVisitor<'_> {
+    /// Leaves `refusal` for [`parse_user`] and stops the parse.
+    fn refuse<E: de::Error>(&self, refusal: AnswerError) -> E {
+        self.refusal.set(Some(refusal));
+        E::custom("refused")
+    }
+}
+
+impl<'de> Visitor<'de> for UserVisitor<'_> {
     type Value = User;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -65,30 +122,31 @@ impl<'de> Visitor<'de> for UserVisitor {
             let value: Value = map.next_value()?;
             match key {
                 FieldName::Id if id.is_some() => {
-                    return Err(de::Error::custom("duplicate key \"id\""))
+                    return Err(self.refuse(AnswerError::DuplicateKey(Some("id"))))
                 }
                 FieldName::Name if name.is_some() => {
-                    return Err(de::Error::custom("duplicate key \"name\""))
+                    return Err(self.refuse(AnswerError::DuplicateKey(Some("name"))))
                 }
-                FieldName::Id => id = Some(integer_id(&value).map_err(de::Error::custom)?),
+                FieldName::Id => id = Some(integer_id(&value).map_err(|e| self.refuse(e))?),
                 FieldName::Name => match value {
                     Value::String(s) => name = Some(s),
                     other => {
-                        let kind = kind_of(&other);
-                        return Err(de::Error::custom(format!(
-                            "field \"name\" is {kind}, expected a string"
-                        )));
+                        return Err(self.refuse(AnswerError::WrongType {
+                            field: "name",
+                            found: kind_of(&other),
+                            expected: "a string",
+                        }))
                     }
                 },
                 FieldName::Other(key) => {
                     if extra.insert(key, value).is_some() {
-                        return Err(de::Error::custom("duplicate key among the extra fields"));
+                        return Err(self.refuse(AnswerError::DuplicateKey(None)));
                     }
                 }
             }
         }
-        let id = id.ok_or_else(|| de::Error::custom("field \"id\" is missing"))?;
-        let name = name.ok_or_else(|| de::Error::custom("field \"name\" is missing"))?;
+        let id = id.ok_or_else(|| self.refuse(AnswerError::MissingField("id")))?;
+        let name = name.ok_or_else(|| self.refuse(AnswerError::MissingField("name")))?;
         Ok(User {
             id,
             name,
@@ -98,33 +156,31 @@ impl<'de> Visitor<'de> for UserVisitor {
     }
 
     fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<User, A::Error> {
-        Err(de::Error::custom(
-            "the body is a JSON array, expected an object",
-        ))
+        Err(self.refuse(AnswerError::NotAnObject("a JSON array")))
     }
 
     fn visit_str<E: de::Error>(self, _: &str) -> Result<User, E> {
-        Err(E::custom("the body is a JSON string, expected an object"))
+        Err(self.refuse(AnswerError::NotAnObject("a JSON string")))
     }
 
     fn visit_i64<E: de::Error>(self, _: i64) -> Result<User, E> {
-        Err(E::custom("the body is a JSON number, expected an object"))
+        Err(self.refuse(AnswerError::NotAnObject("a JSON number")))
     }
 
     fn visit_u64<E: de::Error>(self, _: u64) -> Result<User, E> {
-        Err(E::custom("the body is a JSON number, expected an object"))
+        Err(self.refuse(AnswerError::NotAnObject("a JSON number")))
     }
 
     fn visit_f64<E: de::Error>(self, _: f64) -> Result<User, E> {
-        Err(E::custom("the body is a JSON number, expected an object"))
+        Err(self.refuse(AnswerError::NotAnObject("a JSON number")))
     }
 
     fn visit_bool<E: de::Error>(self, _: bool) -> Result<User, E> {
-        Err(E::custom("the body is a JSON boolean, expected an object"))
+        Err(self.refuse(AnswerError::NotAnObject("a JSON boolean")))
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<User, E> {
-        Err(E::custom("the body is JSON null, expected an object"))
+        Err(self.refuse(AnswerError::NotAnObject("JSON null")))
     }
 }
 
@@ -169,19 +225,18 @@ impl<'de> serde::Deserialize<'de> for FieldName {
     }
 }
 
-fn integer_id(value: &Value) -> Result<i64, String> {
+fn integer_id(value: &Value) -> Result<i64, AnswerError> {
     match value {
-        Value::Number(n) => n.as_i64().ok_or_else(|| {
-            if n.is_u64() {
-                "field \"id\" does not fit in a 64-bit signed integer".to_owned()
-            } else {
-                "field \"id\" is not an integer (it has a fraction or an exponent)".to_owned()
-            }
+        Value::Number(n) => n.as_i64().ok_or(if n.is_u64() {
+            AnswerError::IdOutOfRange
+        } else {
+            AnswerError::IdNotAnInteger
         }),
-        other => Err(format!(
-            "field \"id\" is {}, expected an integer",
-            kind_of(other)
-        )),
+        other => Err(AnswerError::WrongType {
+            field: "id",
+            found: kind_of(other),
+            expected: "an integer",
+        }),
     }
 }
 
@@ -266,7 +321,7 @@ mod tests {
     use super::*;
 
     fn err(body: &str) -> String {
-        parse_user(body.as_bytes()).expect_err(body)
+        parse_user(body.as_bytes()).expect_err(body).to_string()
     }
 
     #[test]

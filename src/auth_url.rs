@@ -44,9 +44,10 @@ impl Endpoint {
     ///
     /// # Errors
     ///
-    /// A short reason (never the URL itself, which a client may have filled with anything) when
-    /// the URL is unparsable, not `http`/`https`, has userinfo, a query or a fragment, or is
-    /// `http` to a non-loopback host while `allow_insecure_http` is `false`.
+    /// An [`AuthUrlError`] saying which rule the URL breaks (never quoting the URL itself, which
+    /// a client may have filled with anything): unparsable, longer than
+    /// [`MAX_AUTH_URL_BYTES`], not `http`/`https`, userinfo, a query, a fragment, an encoded
+    /// slash, or `http` to a non-loopback host while `allow_insecure_http` is `false`.
     ///
     /// # Example
     ///
@@ -58,39 +59,38 @@ impl Endpoint {
     /// assert!(Endpoint::parse("http://auth.example.com", false).is_err());
     /// assert!(Endpoint::parse("http://127.0.0.1:8080", false).is_ok());
     /// ```
-    pub fn parse(auth_url: &str, allow_insecure_http: bool) -> Result<Endpoint, String> {
+    pub fn parse(auth_url: &str, allow_insecure_http: bool) -> Result<Endpoint, AuthUrlError> {
         if auth_url.len() > MAX_AUTH_URL_BYTES {
-            return Err(format!("longer than {MAX_AUTH_URL_BYTES} bytes"));
+            return Err(AuthUrlError::TooLong);
         }
-        let mut url = Url::parse(auth_url).map_err(|e| format!("not a URL ({e})"))?;
+        let mut url = Url::parse(auth_url).map_err(AuthUrlError::NotAUrl)?;
         match url.scheme() {
             "https" => {}
             "http" if allow_insecure_http || is_loopback(&url) => {}
             "http" => {
-                return Err(format!(
-                    "http:// to the non-loopback host {} would expose tokens; use https",
-                    host_of(&url)
-                ))
+                return Err(AuthUrlError::Insecure {
+                    host: host_of(&url).to_owned(),
+                })
             }
-            _ => return Err("the scheme is not http or https".to_owned()),
+            _ => return Err(AuthUrlError::Scheme),
         }
         if url.host().is_none() {
-            return Err("no host".to_owned());
+            return Err(AuthUrlError::NoHost);
         }
         if !url.username().is_empty() || url.password().is_some() {
-            return Err("it carries userinfo (user:password@)".to_owned());
+            return Err(AuthUrlError::Userinfo);
         }
         if url.query().is_some() {
-            return Err("it carries a query (?...)".to_owned());
+            return Err(AuthUrlError::Query);
         }
         if url.fragment().is_some() {
-            return Err("it carries a fragment (#...)".to_owned());
+            return Err(AuthUrlError::Fragment);
         }
         // An upstream that decodes %2F or %5C before routing would see other segments than the
         // allowlist did: `/game/..%2Fadmin` is one segment here, two there.
         let lower = url.path().to_ascii_lowercase();
         if lower.contains("%2f") || lower.contains("%5c") {
-            return Err("its path has an encoded slash or backslash (%2F, %5C)".to_owned());
+            return Err(AuthUrlError::EncodedSlash);
         }
         let path = url.path().trim_end_matches('/');
         let (base_path, endpoint_path) = match path.strip_suffix(USER_PATH) {
@@ -101,9 +101,7 @@ impl Endpoint {
         // Normalising lengthens a URL (`/api/user`, percent-encoding): the limit holds for the
         // endpoint too, so that an endpoint always parses again to itself.
         if url.as_str().len() > MAX_AUTH_URL_BYTES {
-            return Err(format!(
-                "longer than {MAX_AUTH_URL_BYTES} bytes once normalised"
-            ));
+            return Err(AuthUrlError::TooLongNormalised);
         }
         Ok(Endpoint {
             origin: url.origin().ascii_serialization(),
@@ -150,6 +148,46 @@ impl fmt::Debug for Endpoint {
     }
 }
 
+/// Why an authUrl cannot be used; see [`Endpoint::parse`]. The message names the rule and at
+/// most the host, never the rest of the URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuthUrlError {
+    /// Longer than [`MAX_AUTH_URL_BYTES`]; not parsed at all.
+    #[error("longer than {MAX_AUTH_URL_BYTES} bytes")]
+    TooLong,
+    /// Not a URL.
+    #[error("not a URL ({0})")]
+    NotAUrl(#[source] url::ParseError),
+    /// `http://` to a host other than loopback, while insecure http is not allowed.
+    #[error("http:// to the non-loopback host {host} would expose tokens; use https")]
+    Insecure {
+        /// The host named.
+        host: String,
+    },
+    /// A scheme other than `http` or `https`.
+    #[error("the scheme is not http or https")]
+    Scheme,
+    /// No host.
+    #[error("no host")]
+    NoHost,
+    /// `user:password@` in the URL.
+    #[error("it carries userinfo (user:password@)")]
+    Userinfo,
+    /// A query (`?...`).
+    #[error("it carries a query (?...)")]
+    Query,
+    /// A fragment (`#...`).
+    #[error("it carries a fragment (#...)")]
+    Fragment,
+    /// `%2F` or `%5C` in the path, which an upstream could decode into other segments.
+    #[error("its path has an encoded slash or backslash (%2F, %5C)")]
+    EncodedSlash,
+    /// Longer than [`MAX_AUTH_URL_BYTES`] once `/api/user` is appended and it is normalised.
+    #[error("longer than {MAX_AUTH_URL_BYTES} bytes once normalised")]
+    TooLongNormalised,
+}
+
 fn is_loopback(url: &Url) -> bool {
     match url.host() {
         Some(Host::Domain(d)) => d == "localhost",
@@ -168,7 +206,7 @@ fn host_of(url: &Url) -> &str {
 /// Each configured URL is remembered as written too, so the common case (a room's authUrl is
 /// one of them, byte for byte) costs a string comparison, not a parse.
 #[derive(Debug, Clone)]
-pub struct AllowList {
+pub(crate) struct AllowList {
     /// The configured URLs as written, each with its parsed endpoint.
     entries: Vec<(Box<str>, Arc<Endpoint>)>,
     /// Whether `http://` to non-loopback hosts passes.
@@ -190,14 +228,15 @@ impl AllowList {
     ///
     /// [`ResolveError::AuthUrlNotAllowed`] when it is unparsable, insecure, or covered by no
     /// allowed URL.
-    pub fn check(&self, auth_url: &str) -> Result<Cow<'_, Arc<Endpoint>>, ResolveError> {
+    pub(crate) fn check(&self, auth_url: &str) -> Result<Cow<'_, Arc<Endpoint>>, ResolveError> {
         // Borrowed, not cloned: on the hit path a shared refcount bouncing between cores costs
         // more than the comparison.
         if let Some((_, endpoint)) = self.entries.iter().find(|(raw, _)| **raw == *auth_url) {
             return Ok(Cow::Borrowed(endpoint));
         }
         let not_allowed = |reason: String| ResolveError::AuthUrlNotAllowed { reason };
-        let candidate = Endpoint::parse(auth_url, self.allow_insecure_http).map_err(not_allowed)?;
+        let candidate = Endpoint::parse(auth_url, self.allow_insecure_http)
+            .map_err(|e| not_allowed(e.to_string()))?;
         if let Some((_, endpoint)) = self.entries.iter().find(|(_, e)| **e == candidate) {
             return Ok(Cow::Borrowed(endpoint));
         }
@@ -309,17 +348,19 @@ mod tests {
     fn an_endpoint_lengthened_past_the_limit_by_normalising_is_refused() {
         let url = format!("https://a.example/{}", "a".repeat(MAX_AUTH_URL_BYTES - 20));
         assert!(url.len() <= MAX_AUTH_URL_BYTES);
-        assert!(Endpoint::parse(&url, false)
-            .unwrap_err()
-            .contains("once normalised"));
+        assert_eq!(
+            Endpoint::parse(&url, false).unwrap_err(),
+            AuthUrlError::TooLongNormalised
+        );
     }
 
     #[test]
     fn refuses_an_overlong_url_without_parsing() {
         let long = format!("https://a.example/{}", "a".repeat(MAX_AUTH_URL_BYTES));
-        assert!(Endpoint::parse(&long, false)
-            .unwrap_err()
-            .contains("longer"));
+        assert_eq!(
+            Endpoint::parse(&long, false).unwrap_err(),
+            AuthUrlError::TooLong
+        );
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the table in the README.
-    pub const ALL: [ErrorCode; 8] = [
+    pub const ALL: &'static [ErrorCode] = &[
         ErrorCode::TokenMissing,
         ErrorCode::TokenMalformed,
         ErrorCode::TokenRejected,
@@ -107,7 +107,8 @@ pub enum ResolveError {
     TokenRejected {
         /// Host of the auth API.
         host: String,
-        /// 401 or 403; 0 when the rejection was served from the negative cache.
+        /// The status the API answered, 401 or 403; a rejection served from the negative cache
+        /// carries the status of the answer that was cached.
         status: u16,
     },
 

@@ -18,35 +18,47 @@
 //!
 //! # Layout
 //!
-//! - [`resolver`]: [`Resolver`] and [`ResolverBuilder`], the entry points; connect and join
-//!   requests ([`ConnectRequest`], [`JoinRequest`]) and what they resolve to ([`Identity`]).
-//! - [`auth_url`]: parsing and normalising an authUrl into an endpoint, and the allowlist.
-//! - [`token`]: the access token's syntax rule and its redacted [`AccessToken`] type.
-//! - [`answer`]: strict parsing of the `/api/user` answer and of its `Cache-Control`.
-//! - [`user`]: [`User`], what a resolution yields, and its [`ExtraFields`].
-//! - `cache` (private): the cache keys, entries and per-entry expiry on top of moka.
-//! - `upstream` (private): the HTTP call with its deadline, retries and body cap.
-//! - `breaker` (private): the per-API circuit breaker that makes a dead API fail fast.
-//! - `flight` (private): coalescing concurrent look-ups of one key into one call.
-//! - `counters` (private): the counters behind [`Stats`], striped per thread.
-//! - `shared_cache` (feature `redis`): the second cache tier on Redis, shared by every
-//!   game-server node, with cluster-wide invalidation.
-//! - [`error`]: [`ResolveError`], [`ErrorCode`] and [`ConfigError`].
-//! - [`telemetry`]: the metric names this crate records.
-//! - [`client`]: the game client's side: `RoomInfo` and its authUrl rule, `RoomJoinArgs`, and
-//!   a client of the integrator's web API that logs in and takes an access token.
-//! - `reference_api` (feature `reference-api`): a reference integrator web API.
-//! - `demo` (feature `reference-api`): the seed's whole flow on loopback.
-//! - `game_server` (feature `reference-api`): a runnable game server embedding the resolver
-//!   (TCP, JSON lines: connect, search_room, join) and `GameClient`, its client.
-//! - `check` (feature `reference-api`): the conformance checker an integrator runs against
-//!   their own user information API.
-//! - `cli` (feature `cli`): the `token-resolver` command line.
-//! - `load` (feature `cli`): `token-resolver load`, the throughput and memory harness.
+//! The core, what a game server embeds:
 //!
-//! Features: `reference-api` (axum, argon2) and `cli` (clap, on top of it) are on by default
-//! for the binary. A game server that embeds the resolver depends with
-//! `default-features = false` and pulls in neither.
+//! - `resolver/`: [`Resolver`] and the resolve path; [`ResolverBuilder`], every setting;
+//!   [`ConnectRequest`], [`JoinRequest`] and the [`Identity`] they resolve to; coalescing of
+//!   concurrent look-ups (`flight`); [`Stats`].
+//! - `cache/`: the cache as one type over its tiers: the local moka cache (`local`) and, with
+//!   feature `redis`, the shared tier on Redis (`redis`, configured by [`RedisTier`]) with
+//!   cluster-wide invalidation.
+//! - `upstream/`: the HTTP call to `/api/user`, admitted once by the per-API circuit breaker
+//!   (`breaker`) and the slot limit, with its deadline, retries and body cap.
+//! - `auth_url`: an authUrl parsed into an [`Endpoint`], and the allowlist.
+//! - `token`: the token rule ([`check_syntax`]) and [`AccessToken`], which never prints itself.
+//! - [`answer`] (hidden): strict parsing of the `/api/user` answer and its `Cache-Control`.
+//! - `user`: [`User`] and its [`ExtraFields`].
+//! - `error`: [`ResolveError`], [`ErrorCode`], [`ConfigError`].
+//! - [`telemetry`]: the metric names this crate records.
+//!
+//! The other parties of the seed, built on the core and never the other way round:
+//!
+//! - [`player`]: the player's side: [`RoomInfo`](player::RoomInfo) and its authUrl rule,
+//!   [`RoomJoinArgs`](player::RoomJoinArgs), and
+//!   [`IntegratorClient`](player::IntegratorClient), which logs in to the integrator's web API
+//!   and takes an access token.
+//! - [`game_server`] (feature `reference-api`): a runnable game server embedding the resolver,
+//!   and [`GameClient`](game_server::GameClient), its client.
+//! - [`reference_api`] (feature `reference-api`): a reference integrator web API.
+//! - [`check`] (feature `reference-api`): the conformance checker an integrator runs against
+//!   their own user information API.
+//!
+//! The `token-resolver` binary (`src/bin/token-resolver/`, feature `cli`) is the command line
+//! over these: argument parsing, the `demo` narrative and the `load` harness live there.
+//! `docs/architecture.md` follows one join through the files.
+//!
+//! # Features
+//!
+//! - `redis`: the shared cache tier ([`RedisTier`]).
+//! - `reference-api`: the companion products above (axum, argon2).
+//! - `cli` (default): the binary; pulls in both, plus clap.
+//!
+//! A game server that embeds the resolver depends with `default-features = false` and pulls in
+//! neither axum nor clap.
 //!
 //! # Example
 //!
@@ -71,40 +83,38 @@
 //! ```
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[doc(hidden)]
 pub mod answer;
-pub mod auth_url;
-mod breaker;
+mod auth_url;
 mod cache;
-#[cfg(feature = "reference-api")]
-pub mod check;
-#[cfg(feature = "cli")]
-pub mod cli;
-pub mod client;
-mod counters;
-#[cfg(feature = "reference-api")]
-pub mod demo;
-pub mod error;
-mod flight;
-#[cfg(feature = "reference-api")]
-pub mod game_server;
-#[cfg(feature = "cli")]
-pub mod load;
-#[cfg(feature = "reference-api")]
-pub mod reference_api;
-pub mod resolver;
-#[cfg(feature = "redis")]
-pub mod shared_cache;
+mod error;
+mod resolver;
 pub mod telemetry;
-pub mod token;
+mod token;
 mod upstream;
-pub mod user;
+mod user;
 
-pub use auth_url::{AllowList, Endpoint};
+#[cfg(feature = "reference-api")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reference-api")))]
+pub mod check;
+#[cfg(feature = "reference-api")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reference-api")))]
+pub mod game_server;
+pub mod player;
+#[cfg(feature = "reference-api")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reference-api")))]
+pub mod reference_api;
+
+pub use auth_url::{AuthUrlError, Endpoint, MAX_AUTH_URL_BYTES};
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use cache::RedisTier;
 pub use error::{ConfigError, ErrorCode, ResolveError};
-pub use resolver::{ConnectRequest, JoinRequest, Resolver, ResolverBuilder, Stats};
-pub use token::AccessToken;
-pub use user::{ExtraFields, Identity, User};
+pub use resolver::{ConnectRequest, Identity, JoinRequest, Resolver, ResolverBuilder, Stats};
+pub use token::{check_syntax, AccessToken, MAX_TOKEN_BYTES};
+pub use user::{ExtraFields, User};
 
 /// The README's Rust examples compile as doctests.
 #[cfg(doctest)]

@@ -44,23 +44,16 @@ pub const SHARED_CACHE_ERRORS_TOTAL: &str = "token_resolver_shared_cache_errors_
 
 /// Every `outcome` of [`RESOLUTIONS_TOTAL`]: how an answer came, then each error code.
 const OUTCOMES: [&str; 4 + ErrorCode::ALL.len()] = {
-    let mut outcomes = [
-        "hit",
-        "miss",
-        "coalesced",
-        "stale",
-        "",
-        "",
-        "",
-        "",
-        "",
-        "",
-        "",
-        "",
-    ];
+    let mut outcomes = [""; 4 + ErrorCode::ALL.len()];
+    let answered = ["hit", "miss", "coalesced", "stale"];
+    let mut i = 0;
+    while i < answered.len() {
+        outcomes[i] = answered[i];
+        i += 1;
+    }
     let mut i = 0;
     while i < ErrorCode::ALL.len() {
-        outcomes[4 + i] = ErrorCode::ALL[i].as_str();
+        outcomes[answered.len() + i] = ErrorCode::ALL[i].as_str();
         i += 1;
     }
     outcomes

@@ -27,7 +27,7 @@ const fn is_token_byte(b: u8) -> bool {
 /// # Example
 ///
 /// ```
-/// use token_resolver::token::check_syntax;
+/// use token_resolver::check_syntax;
 /// use token_resolver::ErrorCode;
 ///
 /// assert!(check_syntax("mF_9.B5f-4.1JqM").is_ok());

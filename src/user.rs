@@ -1,9 +1,9 @@
-//! What a resolution yields: the [`User`] the auth API vouched for, and the [`Identity`] a
-//! connect or join handler acts on.
+//! What a resolution yields: the [`User`] the auth API vouched for, with the [`ExtraFields`]
+//! of its answer. Parsing an answer into one is `answer`'s business.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -95,25 +95,6 @@ impl fmt::Debug for ExtraFields {
 impl Serialize for ExtraFields {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         (**self).serialize(serializer)
-    }
-}
-
-/// Who is behind a connect or a join.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Identity {
-    /// The auth API vouched for this user.
-    Authenticated(Arc<User>),
-    /// Auth is switched off (`auth_required(false)`): no token was checked.
-    Anonymous,
-}
-
-impl Identity {
-    /// The user, when authenticated.
-    pub fn user(&self) -> Option<&Arc<User>> {
-        match self {
-            Identity::Authenticated(user) => Some(user),
-            Identity::Anonymous => None,
-        }
     }
 }
 

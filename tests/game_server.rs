@@ -11,11 +11,11 @@ use support::{
     game_server, game_server_with, login_and_take_token, reference_api, resolver_for, room,
     user_answer, Scripted,
 };
-use token_resolver::client::{RoomInfo, RoomJoinArgs};
 use token_resolver::game_server::{
     GameClient, GameServerConfig, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, ROOM_NOT_FOUND,
     SERVER_BUSY,
 };
+use token_resolver::player::{RoomInfo, RoomJoinArgs};
 use token_resolver::Identity;
 
 fn find<'a>(rooms: &'a [RoomInfo], id: &str) -> &'a RoomInfo {
@@ -31,7 +31,7 @@ async fn valid_token_joins_a_protected_room_and_the_server_sees_id_and_name() {
     let resolver = resolver_for(&base).build().unwrap();
     let game = game_server(resolver, vec![room("arena", Some(&base))]).await;
 
-    let mut integrator = token_resolver::client::IntegratorClient::new(&base);
+    let mut integrator = token_resolver::player::IntegratorClient::new(&base).unwrap();
     integrator.login_password("bob", "builder").await.unwrap();
     let token = integrator
         .fetch_access_token()

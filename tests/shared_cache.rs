@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use redis_server::RedisServer;
 use support::{login_and_take_token, reference_api, resolver_for, Scripted};
-use token_resolver::shared_cache::RedisTier;
+use token_resolver::RedisTier;
 use token_resolver::{ErrorCode, Resolver};
 
 const SECRET: &str = "test-secret-of-32-bytes-length!!";
@@ -332,8 +332,8 @@ impl Node {
 
     /// Joins the arena (protected by the default authUrl) with `token`; the user's name.
     async fn join_arena(&self, token: &str) -> String {
-        use token_resolver::client::RoomJoinArgs;
         use token_resolver::game_server::GameClient;
+        use token_resolver::player::RoomJoinArgs;
         let mut client = GameClient::open(self.0.addr).await.unwrap();
         let rooms = client.search_rooms().await.unwrap();
         let arena = rooms

@@ -1,43 +1,105 @@
 //! `token-resolver demo`: the seed's whole flow with the three parties talking over real
 //! loopback sockets, each step printed, each outcome checked. The integrator's web API is the
-//! [reference API](crate::reference_api) (HTTP); the game server is a
-//! [`GameServer`](crate::game_server::GameServer) embedding a [`Resolver`] (TCP, JSON lines);
-//! the client is [`IntegratorClient`] for login and token plus
-//! [`GameClient`](crate::game_server::GameClient) for connect, room search and join.
+//! reference API (HTTP); the game server is a `GameServer` embedding a `Resolver` (TCP, JSON
+//! lines); the client is `IntegratorClient` for login and token plus `GameClient` for connect,
+//! room search and join.
 //!
 //! The demo is also a smoke test: a step whose outcome is not the expected one ends it with an
 //! error, so a zero exit status means the flow works. The token is never printed.
 
 use std::io::Write;
+use std::process::ExitCode;
 use std::time::Instant;
 
 use serde_json::Map;
-
-use crate::client::{IntegratorClient, RoomJoinArgs};
-use crate::game_server::{
+use token_resolver::game_server::{
     GameClient, GameClientError, GameServer, GameServerConfig, Player, RoomConfig,
+    RunningGameServer,
 };
-use crate::reference_api::{ApiConfig, ReferenceApi};
-use crate::{ErrorCode, Resolver, Stats};
+use token_resolver::player::{IntegratorClient, RoomInfo, RoomJoinArgs};
+use token_resolver::reference_api::{ApiConfig, ReferenceApi, RunningApi};
+use token_resolver::{ErrorCode, Resolver, Stats};
 
 /// A demo step that did not turn out as expected.
-pub type DemoError = Box<dyn std::error::Error + Send + Sync>;
+type DemoError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs the demo on stdout; exit 1 when a step did not turn out as expected.
+pub(crate) async fn run() -> ExitCode {
+    let mut out = std::io::stdout();
+    match narrate(&mut out).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("demo failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 /// Width of the "what was done" column, so the outcomes line up.
 const STEP: usize = 44;
 
-/// Runs the demo, printing to `out`.
+/// The three parties' servers, and what the client knows of them.
+struct Parties {
+    /// The integrator's web API.
+    api: RunningApi,
+    /// Its base URL, the resolver's default authUrl.
+    base: String,
+    /// The game server, embedding a resolver.
+    game: RunningGameServer,
+    /// The arena's authUrl: the same API, spelt with a trailing slash.
+    arena_auth_url: String,
+}
+
+/// Runs the demo, printing to `out`: the parties start, the player logs in, connects, searches
+/// and joins; forged and missing credentials are refused; a logout revokes the token.
 ///
 /// # Errors
 ///
 /// When a server cannot start, or a step's outcome is not the expected one.
-pub async fn run(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
+async fn narrate(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
     writeln!(
         out,
         "token-resolver demo: the seed's flow, three parties over real loopback sockets\n"
     )?;
+    let parties = start(out).await?;
+    let mut client = IntegratorClient::new(&parties.base)?;
+    let me = client.login_password("alice", "wonderland").await?;
+    step(
+        out,
+        "[client] POST /api/login (alice)",
+        &format!("id {} {:?}, session cookie kept", me.id, me.name),
+    )?;
+    let token = client.fetch_access_token().await?.secret().to_owned();
+    step(
+        out,
+        "[client] POST /api/access_token",
+        &format!("access token, {} chars (never printed)", token.len()),
+    )?;
+    let me = Player {
+        id: me.id,
+        name: me.name,
+    };
+    let mut player = GameClient::open(parties.game.local_addr()).await?;
+    let arena = connect_search_join(out, &parties, &mut player, &token, &me).await?;
+    writeln!(out)?;
+    refusals(out, &parties, &mut player, &arena, &token).await?;
+    revoke(out, &parties, &mut client, &mut player, &token).await?;
 
-    // The integrator's web API.
+    let s = parties.game.resolver().stats();
+    writeln!(
+        out,
+        "\n[game server] resolver stats: {} hits, {} misses, {} negative hits, {} upstream calls, {} entries",
+        s.hits, s.misses, s.negative_hits, s.upstream_calls, s.entries
+    )?;
+    drop(player);
+    parties.game.shutdown().await;
+    parties.api.shutdown().await;
+    writeln!(out, "demo finished: every step turned out as expected")?;
+    Ok(())
+}
+
+/// Starts the integrator's web API and a game server whose resolver calls it.
+async fn start(out: &mut (dyn Write + Send)) -> Result<Parties, DemoError> {
     let api = ReferenceApi::new(ApiConfig::default())?
         .spawn(([127, 0, 0, 1], 0).into())
         .await?;
@@ -47,8 +109,6 @@ pub async fn run(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
         out,
         "              demo users: alice/wonderland, bob/builder, carol/carolina"
     )?;
-
-    // The game server, embedding a resolver whose default authUrl is the web API.
     let resolver = Resolver::builder().default_auth_url(&base).build()?;
     let arena_auth_url = format!("{base}/");
     let config = GameServerConfig {
@@ -67,27 +127,27 @@ pub async fn run(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
         out,
         "              rooms: lobby (no authUrl: the default), arena (authUrl {arena_auth_url})\n"
     )?;
+    Ok(Parties {
+        api,
+        base,
+        game,
+        arena_auth_url,
+    })
+}
 
-    // The client: log in and take a token from the web API.
-    let mut client = IntegratorClient::new(&base);
-    let me = client.login_password("alice", "wonderland").await?;
-    step(
-        out,
-        "[client] POST /api/login (alice)",
-        &format!("id {} {:?}, session cookie kept", me.id, me.name),
-    )?;
-    let token = client.fetch_access_token().await?.secret().to_owned();
-    step(
-        out,
-        "[client] POST /api/access_token",
-        &format!("access token, {} chars (never printed)", token.len()),
-    )?;
-
-    // ConnectMasterServer with the token: the game server resolves it (a miss: one call).
-    let mut player = GameClient::open(game.local_addr()).await?;
+/// ConnectMasterServer (a cache miss: one call), SearchRoom, and JoinRoom with each room's
+/// authUrl (cache hits); the arena as SearchRoom listed it.
+async fn connect_search_join(
+    out: &mut (dyn Write + Send),
+    parties: &Parties,
+    player: &mut GameClient,
+    token: &str,
+    me: &Player,
+) -> Result<RoomInfo, DemoError> {
+    let game = &parties.game;
     let before = game.resolver().stats();
     let started = Instant::now();
-    let user = player.connect(Some(&token)).await?;
+    let user = player.connect(Some(token)).await?;
     let elapsed = ms(started);
     let after = game.resolver().stats();
     expect_player(&user, me.id)?;
@@ -106,7 +166,6 @@ pub async fn run(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
         &format!("cache miss, 1 upstream call, {elapsed:.1} ms"),
     )?;
 
-    // SearchRoom: the rooms, the protected one carrying its authUrl.
     let rooms = player.search_rooms().await?;
     step(
         out,
@@ -129,8 +188,9 @@ pub async fn run(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
     let arena = rooms
         .iter()
         .find(|r| r.room_id == "arena")
-        .ok_or("SearchRoom did not list the arena")?;
-    if arena.auth_url() != arena_auth_url {
+        .ok_or("SearchRoom did not list the arena")?
+        .clone();
+    if arena.auth_url() != parties.arena_auth_url {
         return Err("the arena does not carry its authUrl in nodeProperties".into());
     }
 
@@ -139,7 +199,7 @@ pub async fn run(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
         let args = RoomJoinArgs::new(room, Map::new());
         let before = game.resolver().stats();
         let started = Instant::now();
-        let joined = player.join(&args, Some(&token)).await?;
+        let joined = player.join(&args, Some(token)).await?;
         let elapsed = ms(started);
         let after = game.resolver().stats();
         expect_player(&joined.user, me.id)?;
@@ -170,22 +230,32 @@ pub async fn run(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
         "  [game server] members of arena",
         &format!("id {} {:?}", me.id, me.name),
     )?;
-    writeln!(out)?;
+    Ok(arena)
+}
 
-    // A forged authUrl: refused by the game server before any request.
+/// A forged authUrl (refused before any request), a made-up token and no token.
+async fn refusals(
+    out: &mut (dyn Write + Send),
+    parties: &Parties,
+    player: &mut GameClient,
+    arena: &RoomInfo,
+    token: &str,
+) -> Result<(), DemoError> {
+    let (game, api) = (&parties.game, &parties.api);
     let mut forged = RoomJoinArgs::new(arena, Map::new());
     forged.auth_url = "https://vouches-for-anyone.example".to_owned();
-    let before = (
-        game.resolver().stats().upstream_calls,
-        api.api().user_requests(),
-    );
-    let err = player.join(&forged, Some(&token)).await;
-    let code = expect_refused(err, ErrorCode::AuthUrlNotAllowed.as_str())?;
-    let after = (
-        game.resolver().stats().upstream_calls,
-        api.api().user_requests(),
-    );
-    if before != after {
+    let requests = || {
+        (
+            game.resolver().stats().upstream_calls,
+            api.api().user_requests(),
+        )
+    };
+    let before = requests();
+    let code = expect_refused(
+        player.join(&forged, Some(token)).await,
+        ErrorCode::AuthUrlNotAllowed.as_str(),
+    )?;
+    if before != requests() {
         return Err("the forged join made an upstream request".into());
     }
     step(
@@ -194,7 +264,6 @@ pub async fn run(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
         &format!("{code} (no request sent)"),
     )?;
 
-    // A made-up token and no token.
     let mut stranger = GameClient::open(game.local_addr()).await?;
     let code = expect_refused(
         stranger.connect(Some("made-up-token")).await,
@@ -214,22 +283,31 @@ pub async fn run(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
         "[client] connect without a token",
         &format!("{code} (no request sent)"),
     )?;
+    Ok(())
+}
 
-    // Logout revokes the token; the game server is told and drops its cached answer.
+/// Logout revokes the token; the game server is told and drops its cached answer.
+async fn revoke(
+    out: &mut (dyn Write + Send),
+    parties: &Parties,
+    client: &mut IntegratorClient,
+    player: &mut GameClient,
+    token: &str,
+) -> Result<(), DemoError> {
     client.logout().await?;
     step(
         out,
         "[client] POST /api/logout",
         "the session and its tokens end",
     )?;
-    game.resolver().invalidate(&base, &token);
+    parties.game.resolver().invalidate(&parties.base, token);
     step(
         out,
         "  [game server] invalidate the token",
         "its cached answer is dropped",
     )?;
     let code = expect_refused(
-        player.connect(Some(&token)).await,
+        player.connect(Some(token)).await,
         ErrorCode::TokenRejected.as_str(),
     )?;
     step(
@@ -237,18 +315,6 @@ pub async fn run(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
         "[client] connect with the revoked token",
         &format!("{code} (the web API said 401)"),
     )?;
-
-    let s = game.resolver().stats();
-    writeln!(
-        out,
-        "\n[game server] resolver stats: {} hits, {} misses, {} negative hits, {} upstream calls, {} entries",
-        s.hits, s.misses, s.negative_hits, s.upstream_calls, s.entries
-    )?;
-    drop(player);
-    drop(stranger);
-    game.shutdown().await;
-    api.shutdown().await;
-    writeln!(out, "demo finished: every step turned out as expected")?;
     Ok(())
 }
 

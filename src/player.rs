@@ -1,9 +1,11 @@
-//! The game client's part of the seed, modelled in Rust: [`RoomInfo`] and its authUrl rule,
+//! The player's side of the seed, modelled in Rust: [`RoomInfo`] and its authUrl rule,
 //! [`RoomJoinArgs`], and [`IntegratorClient`], which logs in to the integrator's web API and
-//! takes the access token the client sends on connect.
+//! takes the access token the player sends on connect.
 //!
-//! This is what a client does; the game server's checks are [`Resolver`](crate::Resolver)'s.
-//! Nothing here decides whether a user is who they claim to be.
+//! This is what a game client does; the game server's checks are
+//! [`Resolver`](crate::Resolver)'s, and the game client's connection to the game server is
+//! [`GameClient`](crate::game_server::GameClient). Nothing here decides whether a user is who
+//! they claim to be.
 
 use std::fmt;
 
@@ -42,7 +44,7 @@ impl RoomInfo {
     /// # Example
     ///
     /// ```
-    /// use token_resolver::client::RoomInfo;
+    /// use token_resolver::player::RoomInfo;
     ///
     /// let mut room = RoomInfo { host: "h".into(), port: 1, protocol: "tcp".into(), room_id: "r".into(), node_properties: None };
     /// assert_eq!(room.auth_url(), "");
@@ -122,6 +124,9 @@ pub enum ClientError {
     /// A token was asked for before logging in.
     #[error("not logged in: call login_password or login_device first")]
     NotLoggedIn,
+    /// The HTTP client could not be set up (its TLS backend failed to start).
+    #[error("cannot start the HTTP client: {0}")]
+    Setup(#[source] reqwest::Error),
 }
 
 /// Who logged in, as `/api/login` answered.
@@ -160,20 +165,26 @@ impl fmt::Debug for IntegratorClient {
 }
 
 impl IntegratorClient {
-    /// A client of the web API at `base_url` (e.g. `http://127.0.0.1:8080`).
-    pub fn new(base_url: impl Into<String>) -> Self {
+    /// A client of the web API at `base_url` (e.g. `http://127.0.0.1:8080`). It follows no
+    /// redirect and uses no proxy from the environment: the session cookie and the password go
+    /// to `base_url` and nowhere else.
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Setup`] when the HTTP client cannot start.
+    pub fn new(base_url: impl Into<String>) -> Result<Self, ClientError> {
         let base_url = base_url.into().trim_end_matches('/').to_owned();
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .build()
-            .unwrap_or_default();
-        IntegratorClient {
+            .map_err(ClientError::Setup)?;
+        Ok(IntegratorClient {
             http,
             base_url,
             session_cookie: None,
             authorization_access_token: None,
-        }
+        })
     }
 
     /// Logs in with a username and a password.
@@ -373,7 +384,7 @@ mod tests {
 
     #[test]
     fn debug_of_a_client_hides_the_token() {
-        let mut c = IntegratorClient::new("http://127.0.0.1:1/");
+        let mut c = IntegratorClient::new("http://127.0.0.1:1/").unwrap();
         c.authorization_access_token = Some(AccessToken::new("SECRET").unwrap());
         let shown = format!("{c:?}");
         assert!(

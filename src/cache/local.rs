@@ -1,11 +1,11 @@
-//! The resolver's cache: keys of (normalised endpoint, token), entries that are a user or a
+//! The local tier: keys of (normalised endpoint, token), entries that are a user or a
 //! rejection, and each entry's own time to live, on top of `moka::sync::Cache`.
 //!
 //! A look-up builds no key: [`KeyRef`] borrows the endpoint and the token, and moka finds the
 //! owned [`CacheKey`] through `Borrow<dyn KeyView>`. Keys hold the whole token, so two tokens
 //! never share an entry; a token of up to [`INLINE_TOKEN_BYTES`] is kept inside the key, without
 //! an allocation of its own. What to cache and for how long is decided by the resolver; which
-//! concurrent look-ups share one call is `flight`'s business.
+//! concurrent look-ups share one call is the resolver's `flight`'s business.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -205,6 +205,13 @@ impl Deadline {
     /// Whether this moment has come.
     pub(crate) fn has_passed(self) -> bool {
         Deadline::at(Instant::now()) >= self
+    }
+
+    /// How long from now this moment is; zero once it has passed. The shared tier writes an
+    /// entry with this lifetime.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn left(self) -> Duration {
+        self.left_after(Instant::now())
     }
 
     /// How long after `now` this moment is; zero once it has passed.

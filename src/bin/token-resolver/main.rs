@@ -1,9 +1,18 @@
 //! The `token-resolver` binary: parses arguments, sets up logging on stderr, runs the command.
+//!
+//! - `cli`: the subcommands, and running one to its exit status;
+//! - `cmd/`: one module per subcommand with its arguments: `serve_api`, `resolve`,
+//!   `game_server`, `check`, `demo` (the seed's flow, narrated) and `load/` (the throughput and
+//!   memory harness, whose baselines it shares with the benches).
+
+mod cli;
+mod cmd;
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use token_resolver::cli::{run, Cli};
+
+use crate::cli::{run, Cli};
 
 /// mimalloc, for the cache's many small allocations: see the README's "Performance".
 #[global_allocator]

@@ -3,8 +3,10 @@
 //!
 //! Breakers are kept per origin (`scheme://host:port`): the allowlist admits only configured
 //! origins, so their number is bounded by the configuration, whatever authUrls clients send.
-//! This module only keeps the state; the resolver asks it before a call and tells it after.
+//! This module only keeps the state: the upstream call asks it once for an [`Admission`] before
+//! its first try and records on that admission how each try went.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -41,15 +43,16 @@ pub(crate) struct Breakers {
     refusals: AtomicU64,
 }
 
-/// Leave to make a call, given by [`Breakers::admit`]; report how it went with
-/// [`Admission::report`]. Dropped without a report (the call was cancelled), a probe frees the
+/// Leave to make a call, given by [`Breakers::admit`]; record how each try went with
+/// [`Admission::record`]. Dropped without a record (the call was cancelled), a probe frees the
 /// way for the next probe.
 #[derive(Debug)]
 pub(crate) struct Admission<'a> {
     breakers: &'a Breakers,
     origin: &'a str,
     probe: bool,
-    reported: bool,
+    /// Whether [`Admission::record`] was called.
+    recorded: Cell<bool>,
 }
 
 /// How a call went, as far as the breaker cares.
@@ -87,7 +90,7 @@ impl Breakers {
             breakers: self,
             origin,
             probe,
-            reported: false,
+            recorded: Cell::new(false),
         };
         if self.config.threshold == 0 {
             return Ok(admission(false));
@@ -119,27 +122,6 @@ impl Breakers {
     /// How many calls were refused because a breaker was open.
     pub(crate) fn refusals(&self) -> u64 {
         self.refusals.load(Ordering::Relaxed)
-    }
-
-    /// How long calls to `origin` will still be refused, without asking to make one: `None`
-    /// when a call may be tried (closed, or open past its cool-down with no probe under way).
-    pub(crate) fn refusing(&self, origin: &str) -> Option<Duration> {
-        if self.config.threshold == 0 {
-            return None;
-        }
-        let states = self.lock();
-        let state = states.get(origin)?;
-        let until = state.open_until?;
-        let now = Instant::now();
-        let refused = if state.probing {
-            Some(until.saturating_duration_since(now))
-        } else {
-            until.checked_duration_since(now).filter(|d| !d.is_zero())
-        };
-        if refused.is_some() {
-            self.refused();
-        }
-        refused
     }
 
     /// Whether calls to `origin` are being refused now.
@@ -187,16 +169,16 @@ impl Admission<'_> {
         self.probe
     }
 
-    /// Tells the breaker how the call went.
-    pub(crate) fn report(mut self, outcome: Outcome) {
-        self.reported = true;
+    /// Tells the breaker how one try went.
+    pub(crate) fn record(&self, outcome: Outcome) {
+        self.recorded.set(true);
         self.breakers.record(self.origin, self.probe, outcome);
     }
 }
 
 impl Drop for Admission<'_> {
     fn drop(&mut self) {
-        if self.probe && !self.reported {
+        if self.probe && !self.recorded.get() {
             if let Some(state) = self.breakers.lock().get_mut(self.origin) {
                 state.probing = false;
             }
@@ -219,7 +201,7 @@ mod tests {
 
     fn fail(b: &Breakers, n: u32) {
         for _ in 0..n {
-            b.admit(O).unwrap().report(Outcome::Down);
+            b.admit(O).unwrap().record(Outcome::Down);
         }
     }
 
@@ -237,7 +219,7 @@ mod tests {
     fn a_usable_answer_resets_the_run() {
         let b = breakers(3, 10_000);
         fail(&b, 2);
-        b.admit(O).unwrap().report(Outcome::Up);
+        b.admit(O).unwrap().record(Outcome::Up);
         fail(&b, 2);
         assert!(b.admit(O).is_ok());
     }
@@ -254,7 +236,7 @@ mod tests {
             Duration::ZERO,
             "one probe at a time"
         );
-        probe.report(Outcome::Up);
+        probe.record(Outcome::Up);
         assert!(!b.is_open(O));
         assert!(b.admit(O).is_ok());
     }
@@ -264,7 +246,7 @@ mod tests {
         let b = breakers(5, 20);
         fail(&b, 5);
         std::thread::sleep(Duration::from_millis(30));
-        b.admit(O).unwrap().report(Outcome::Down);
+        b.admit(O).unwrap().record(Outcome::Down);
         assert!(b.admit(O).is_err());
     }
 
@@ -275,20 +257,6 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         drop(b.admit(O).unwrap());
         assert!(b.admit(O).unwrap().is_probe());
-    }
-
-    #[test]
-    fn refusing_tells_without_taking_the_probe() {
-        let b = breakers(1, 20);
-        assert_eq!(b.refusing(O), None);
-        fail(&b, 1);
-        assert!(b.refusing(O).is_some());
-        std::thread::sleep(Duration::from_millis(30));
-        assert_eq!(b.refusing(O), None);
-        assert!(
-            b.admit(O).unwrap().is_probe(),
-            "asking did not use up the probe"
-        );
     }
 
     #[test]

@@ -1,8 +1,13 @@
-//! The upstream call: `POST {endpoint}` with the bearer token, under the resolution's deadline,
-//! with retries of transient failures, a capped body read, and the answer classified.
+//! The upstream call: `POST {endpoint}` with the bearer token, admitted once by the API's
+//! circuit breaker and the resolver-wide slot limit, under the resolution's deadline, with
+//! retries of transient failures, a capped body read, and the answer classified.
 //!
-//! This module knows HTTP; it does not know about caching, coalescing or the slot limit, which
-//! the resolver puts around it.
+//! This module knows HTTP and when an API may be called; it does not know about caching or
+//! coalescing, which the resolver puts around it.
+//!
+//! - [`breaker`]: the per-API circuit breaker.
+
+pub(crate) mod breaker;
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -11,9 +16,11 @@ use reqwest::header::{
 };
 use reqwest::{Method, Request, Response, StatusCode};
 
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+use self::breaker::{Breakers, Outcome};
 use crate::answer::{parse_cache_control, parse_user, Freshness};
 use crate::auth_url::Endpoint;
-use crate::breaker::{Breakers, Outcome};
 use crate::error::ResolveError;
 use crate::telemetry;
 use crate::user::User;
@@ -30,15 +37,23 @@ pub(crate) enum Reply {
     Rejected { status: u16 },
 }
 
-/// The settings of the call, fixed when the resolver is built.
+/// The call and what admits it, fixed when the resolver is built.
 #[derive(Debug)]
 pub(crate) struct Upstream {
-    pub(crate) client: reqwest::Client,
+    /// The HTTP client: pooled keep-alive connections, no redirects, no proxy.
+    pub(crate) http: reqwest::Client,
+    /// Deadline for one resolution's tries, backoff and body.
     pub(crate) request_timeout: Duration,
+    /// Extra tries on transient failures.
     pub(crate) retries: u32,
+    /// Largest answer body read.
     pub(crate) max_response_bytes: usize,
     /// Per-origin circuit breakers.
     pub(crate) breakers: Breakers,
+    /// Upstream slots: at most `max_concurrent_requests` calls in flight.
+    pub(crate) slots: Semaphore,
+    /// Longest wait for a slot before `overloaded`.
+    pub(crate) queue_timeout: Duration,
 }
 
 /// How one try went wrong.
@@ -53,80 +68,84 @@ enum TryError {
 }
 
 impl Upstream {
-    /// Asks the API at `endpoint` who holds `token`, with retries, within `request_timeout`,
-    /// unless its circuit breaker is open.
+    /// Asks the API at `endpoint` who holds `token`: its circuit breaker admits the call (or
+    /// it fails at once), it waits for a slot (at most `queue_timeout`), then tries within
+    /// `request_timeout`, retrying transient failures.
     ///
-    /// `on_request` is called once per HTTP request sent; `ok` says whether it got a usable
-    /// answer (200, 401 or 403).
+    /// `on_request` is called once per HTTP request sent; its argument says whether it got a
+    /// usable answer (200, 401 or 403).
+    ///
+    /// # Errors
+    ///
+    /// `auth_unavailable` when the breaker is open or the tries ran out, `overloaded` when no
+    /// slot came free, `auth_timeout`, or the answer's own error (`auth_bad_response`).
     pub(crate) async fn call(
         &self,
         endpoint: &Endpoint,
         token: &str,
         on_request: &(dyn Fn(bool) + Sync),
     ) -> Result<Reply, ResolveError> {
+        let admission = self
+            .breakers
+            .admit(endpoint.origin())
+            .map_err(|wait| circuit_open(endpoint, wait))?;
+        let _slot = self.slot().await?;
         let deadline = tokio::time::Instant::now() + self.request_timeout;
         let mut attempt = 0;
         loop {
-            let admission = self
-                .breakers
-                .admit(endpoint.origin())
-                .map_err(|wait| circuit_open(endpoint, wait))?;
-            let probe = admission.is_probe();
-            let result =
-                match tokio::time::timeout_at(deadline, self.once(endpoint, token, on_request))
-                    .await
-                {
-                    Ok(result) => result,
-                    Err(_) => {
-                        admission.report(Outcome::Down);
-                        return Err(ResolveError::AuthTimeout {
-                            host: endpoint.host().to_owned(),
-                            timeout: self.request_timeout,
-                        });
-                    }
-                };
-            admission.report(match &result {
+            let once = self.once(endpoint, token, on_request);
+            let Ok(result) = tokio::time::timeout_at(deadline, once).await else {
+                admission.record(Outcome::Down);
+                return Err(ResolveError::AuthTimeout {
+                    host: endpoint.host().to_owned(),
+                    timeout: self.request_timeout,
+                });
+            };
+            admission.record(match &result {
                 Ok(_) => Outcome::Up,
                 Err(TryError::Transient { .. }) => Outcome::Down,
                 Err(TryError::Fatal(_)) => Outcome::Neutral,
             });
-            match result {
+            let (error, retry_after) = match result {
                 Ok(reply) => return Ok(reply),
                 Err(TryError::Fatal(error)) => return Err(error),
-                Err(TryError::Transient { error, retry_after }) => {
-                    // A probe is one call; an open breaker means no more tries.
-                    if attempt >= self.retries || probe || self.breakers.is_open(endpoint.origin())
-                    {
-                        return Err(error);
-                    }
-                    let backoff = jittered_backoff(attempt);
-                    let wait = retry_after.map_or(backoff, |r| r.max(backoff));
-                    // A wait that would outlast the deadline ends the tries now, with the
-                    // error that caused them, rather than as a timeout later.
-                    if tokio::time::Instant::now() + wait >= deadline {
-                        return Err(error);
-                    }
-                    tracing::debug!(
-                        attempt,
-                        wait_ms = wait.as_millis() as u64,
-                        "retrying the auth call"
-                    );
-                    tokio::time::sleep(wait).await;
-                }
+                Err(TryError::Transient { error, retry_after }) => (error, retry_after),
+            };
+            // A probe is one call; an open breaker means no more tries.
+            if attempt >= self.retries
+                || admission.is_probe()
+                || self.breakers.is_open(endpoint.origin())
+            {
+                return Err(error);
             }
+            let backoff = jittered_backoff(attempt);
+            let wait = retry_after.map_or(backoff, |r| r.max(backoff));
+            // A wait that would outlast the deadline ends the tries now, with the error that
+            // caused them, rather than as a timeout later.
+            if tokio::time::Instant::now() + wait >= deadline {
+                return Err(error);
+            }
+            tracing::debug!(
+                attempt,
+                wait_ms = wait.as_millis() as u64,
+                "retrying the auth call"
+            );
+            tokio::time::sleep(wait).await;
             attempt += 1;
         }
     }
 
-    /// Fails at once when `endpoint`'s circuit breaker is refusing calls.
-    ///
-    /// # Errors
-    ///
-    /// [`ResolveError::AuthUnavailable`] saying the breaker is open.
-    pub(crate) fn fail_fast(&self, endpoint: &Endpoint) -> Result<(), ResolveError> {
-        match self.breakers.refusing(endpoint.origin()) {
-            Some(wait) => Err(circuit_open(endpoint, wait)),
-            None => Ok(()),
+    /// An upstream slot: a free one at once, without a timer; otherwise the first to come
+    /// free within `queue_timeout`.
+    async fn slot(&self) -> Result<SemaphorePermit<'_>, ResolveError> {
+        if let Ok(slot) = self.slots.try_acquire() {
+            return Ok(slot);
+        }
+        match tokio::time::timeout(self.queue_timeout, self.slots.acquire()).await {
+            Ok(Ok(slot)) => Ok(slot),
+            _ => Err(ResolveError::Overloaded {
+                waited: self.queue_timeout,
+            }),
         }
     }
 
@@ -167,7 +186,7 @@ impl Upstream {
         // An empty body, said explicitly: some servers refuse a POST without a length.
         headers.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
         let response = self
-            .client
+            .http
             .execute(request)
             .await
             .map_err(|e| transport_error(endpoint, e))?;
@@ -236,7 +255,7 @@ impl Upstream {
             }
             body.extend_from_slice(&chunk);
         }
-        let user = parse_user(&body).map_err(bad)?;
+        let user = parse_user(&body).map_err(|e| bad(e.to_string()))?;
         Ok(Reply::User { user, freshness })
     }
 }

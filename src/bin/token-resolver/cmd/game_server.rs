@@ -1,0 +1,152 @@
+//! `token-resolver game-server`: a game server embedding the resolver, built from flags, with
+//! a banner on stdout, until Ctrl-C.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use token_resolver::game_server::{GameServer, GameServerConfig, RoomConfig};
+use token_resolver::{RedisTier, Resolver};
+
+/// `game-server` arguments.
+#[derive(Debug, Args)]
+pub(crate) struct GameServerArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7350")]
+    pub(crate) listen: SocketAddr,
+    /// The default authUrl ("user resource acquisition API URL"): for connects and rooms
+    /// without one. Required while auth is required.
+    #[arg(long, value_name = "URL")]
+    pub(crate) auth_url: Option<String>,
+    /// A further authUrl rooms may name (repeatable); every room's authUrl must be allowed.
+    #[arg(long, value_name = "URL")]
+    pub(crate) allow_auth_url: Vec<String>,
+    /// JSON list of rooms: [{"roomId": "arena", "authUrl": "https://..."}]; without it, a
+    /// lobby (no authUrl) and an arena protected by --auth-url.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) rooms: Option<PathBuf>,
+    /// The options-screen switch: false makes connects and joins anonymous, with no call.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) auth_required: bool,
+    /// Permit http:// to non-loopback auth APIs (sends tokens in the clear).
+    #[arg(long)]
+    pub(crate) allow_insecure_http: bool,
+    /// Connections open at once; more are refused with server_busy.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub(crate) max_connections: usize,
+    /// Seconds a connection may stay silent before it is closed.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub(crate) idle_timeout: u64,
+    /// Host that rooms advertise to clients (default: the listening IP).
+    #[arg(long, value_name = "HOST")]
+    pub(crate) advertise_host: Option<String>,
+    /// Share cached answers and invalidations with other nodes through this Redis
+    /// (`redis://host:port`); the key-derivation secret comes from TOKEN_RESOLVER_REDIS_SECRET.
+    #[arg(long, value_name = "URL")]
+    pub(crate) redis_url: Option<String>,
+    /// Prefix of the shared tier's Redis keys and channel.
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        default_value = "token-resolver:",
+        requires = "redis_url"
+    )]
+    pub(crate) redis_prefix: String,
+}
+
+/// Serves until Ctrl-C; exit 2 on a usage error.
+pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
+    let usage = |message: String| {
+        eprintln!("error: {message}");
+        ExitCode::from(2)
+    };
+    let rooms = match &args.rooms {
+        Some(path) => match RoomConfig::load(path) {
+            Ok(rooms) => rooms,
+            Err(e) => return usage(e.to_string()),
+        },
+        None => RoomConfig::defaults(args.auth_url.as_deref()),
+    };
+    if args.auth_required {
+        let allowed: Vec<&str> = args
+            .auth_url
+            .iter()
+            .chain(&args.allow_auth_url)
+            .map(String::as_str)
+            .collect();
+        let uncovered = RoomConfig::uncovered_auth_urls(&rooms, &allowed, args.allow_insecure_http);
+        if let Some(url) = uncovered.first() {
+            return usage(format!(
+                "room authUrl {url:?} is not allowed, so every join to its room would fail: add --allow-auth-url {url}"
+            ));
+        }
+    }
+    let mut builder = Resolver::builder()
+        .auth_required(args.auth_required)
+        .allow_insecure_http(args.allow_insecure_http);
+    if let Some(url) = &args.auth_url {
+        builder = builder.default_auth_url(url);
+    }
+    for url in &args.allow_auth_url {
+        builder = builder.allow_auth_url(url);
+    }
+    if let Some(url) = &args.redis_url {
+        let Ok(secret) = std::env::var("TOKEN_RESOLVER_REDIS_SECRET") else {
+            return usage("--redis-url needs TOKEN_RESOLVER_REDIS_SECRET (at least 16 bytes, the same on every node)".to_owned());
+        };
+        let tier = RedisTier::new(url, secret).key_prefix(&args.redis_prefix);
+        builder = builder.shared_cache(tier);
+    }
+    let resolver = match builder.build() {
+        Ok(resolver) => resolver,
+        Err(e) => return usage(e.to_string()),
+    };
+    let config = GameServerConfig {
+        rooms,
+        max_connections: args.max_connections,
+        idle_timeout: Duration::from_secs(args.idle_timeout),
+        advertised_host: args.advertise_host.clone(),
+        ..GameServerConfig::default()
+    };
+    let server = match GameServer::new(resolver, config) {
+        Ok(server) => server,
+        Err(e) => return usage(e.to_string()),
+    };
+    let running = match server.spawn(args.listen).await {
+        Ok(running) => running,
+        Err(e) => {
+            eprintln!("error: cannot listen on {}: {e}", args.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    // Written with errors ignored: a closed stdout must not stop the server.
+    let mut banner = format!(
+        "game server listening on {} (JSON lines over TCP)\n",
+        running.local_addr()
+    );
+    match (&args.auth_url, args.auth_required) {
+        (_, false) => banner.push_str("auth: off (joins are anonymous)\n"),
+        (Some(url), true) => banner.push_str(&format!("auth: required, default authUrl {url}\n")),
+        (None, true) => {}
+    }
+    for room in running.rooms() {
+        let auth = room.auth_url();
+        let shown = if auth.is_empty() {
+            "(none: the default)".to_owned()
+        } else {
+            auth
+        };
+        banner.push_str(&format!("room {:<12} authUrl {shown}\n", room.room_id));
+    }
+    banner.push_str("messages: connect, search_room, join; Ctrl-C stops\n");
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(banner.as_bytes());
+    let _ = stdout.flush();
+    drop(stdout);
+    let _ = tokio::signal::ctrl_c().await;
+    running.shutdown().await;
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,307 @@
+//! `token-resolver load`: a side-by-side throughput run of the resolver and of the baselines a
+//! game server could use instead, printed as one table, and a fill of the cache that measures
+//! the memory of one entry.
+//!
+//! Every row resolves the same request stream: a Zipf(s) draw over a set of players' tokens,
+//! with a share of tokens never seen before (players who just logged in), from a number of
+//! concurrent tasks. Rows with a cache are warmed with the token set first, so the run is the
+//! steady state. For each row: resolutions/s, p50 and p99 latency of one resolution, the
+//! upstream calls made, and the process's peak RSS during the row (`VmHWM`, reset before each
+//! row). The rows:
+//!
+//! - `token-resolver`: `Resolver::resolve`.
+//! - `reqwest + moka (hand-written)`: a moka cache keyed by the token `String`, a reqwest POST
+//!   and a serde_json parse on a miss: no coalescing, no validation, no slot limit.
+//! - `reqwest, no cache`: a reqwest POST and a serde_json parse per resolution.
+//! - `hyper, no cache`: a bare hyper POST per resolution, the body read but not parsed: the
+//!   floor for a resolution that goes to the network (`http://` targets only).
+//!
+//! The target is the reference API (`reference_api`) served in-process on `127.0.0.1:0` from
+//! its own thread, with tokens minted by logging in once and asking `/api/access_token` for
+//! many; or an external API given by `--auth-url`, with tokens from `--tokens-file` or minted
+//! the same way if it speaks the reference API's login.
+//!
+//! The fill resolves `--fill` distinct 43-byte tokens through the public API against an
+//! in-process upstream that answers any token with a user of a 16-byte name, and reports the
+//! RSS delta per entry. This module is the harness only; it changes nothing in the resolver.
+//!
+//! - this file: the arguments, the request stream and the table;
+//! - `rows`: who resolves in a row, and running one;
+//! - `fill`: the bytes-per-entry fill;
+//! - `progress`: the progress bar and the process's memory readings;
+//! - `baselines` (`benches/support/baselines.rs`, shared with the benches): the loopback
+//!   upstream and the hand-written baselines.
+
+#[path = "../../../../../benches/support/baselines.rs"]
+mod baselines;
+mod fill;
+mod progress;
+mod rows;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use token_resolver::player::IntegratorClient;
+use token_resolver::reference_api::{ApiConfig, ReferenceApi};
+use token_resolver::{Endpoint, Resolver};
+
+use self::baselines::{hyper_client, naive_client, HandWritten, LoopbackServer};
+use self::progress::Progress;
+use self::rows::{run_row, Subject};
+
+/// `load` arguments.
+#[derive(Debug, Args)]
+pub(crate) struct LoadArgs {
+    /// Base URL of an external integrator API; default: the reference API, in-process.
+    #[arg(long, value_name = "URL")]
+    pub(crate) auth_url: Option<String>,
+    /// Access tokens, one per line, for an external API that has no reference-API login.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) tokens_file: Option<PathBuf>,
+    /// User to log in as to mint tokens (reference-API login).
+    #[arg(long, default_value = "alice")]
+    pub(crate) username: String,
+    /// Password of that user (or set TOKEN_RESOLVER_PASSWORD, which keeps it out of `ps`).
+    #[arg(
+        long,
+        env = "TOKEN_RESOLVER_PASSWORD",
+        hide_env_values = true,
+        default_value = "wonderland"
+    )]
+    pub(crate) password: String,
+    /// Permit http:// to a non-loopback --auth-url.
+    #[arg(long)]
+    pub(crate) allow_insecure_http: bool,
+    /// Resolutions per row.
+    #[arg(long, default_value_t = 200_000)]
+    pub(crate) requests: usize,
+    /// Concurrent tasks per row.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) concurrency: usize,
+    /// Distinct tokens the Zipf stream draws from.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) tokens: usize,
+    /// Zipf exponent s.
+    #[arg(long, default_value_t = 1.1)]
+    pub(crate) zipf: f64,
+    /// Share of resolutions that are of a token never seen before.
+    #[arg(long, default_value_t = 0.01)]
+    pub(crate) new_share: f64,
+    /// Cache entries for the bytes-per-entry fill; 0 skips it.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub(crate) fill: u64,
+}
+
+/// Runs the table and the fill, printing them on stdout.
+pub(crate) async fn run(args: LoadArgs) -> ExitCode {
+    match run_inner(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("load failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_inner(args: LoadArgs) -> Result<(), String> {
+    if args.tokens == 0 || args.requests == 0 || args.concurrency == 0 {
+        return Err("--tokens, --requests and --concurrency must be at least 1".into());
+    }
+    if !(0.0..=1.0).contains(&args.new_share) || args.zipf <= 0.0 {
+        return Err("--new-share must be in [0, 1] and --zipf above 0".into());
+    }
+    let (base, target, _server) = match &args.auth_url {
+        Some(url) => (url.clone(), format!("{url} (external)"), None),
+        None => {
+            let api = ReferenceApi::new(ApiConfig::default()).map_err(|e| e.to_string())?;
+            let server = LoopbackServer::start("reference-api", move || api.router())?;
+            let target = format!("{} (in-process reference API)", server.base());
+            (server.base(), target, Some(server))
+        }
+    };
+    let endpoint =
+        Endpoint::parse(&base, args.allow_insecure_http).map_err(|e| format!("--auth-url: {e}"))?;
+    let plan = Arc::new(plan(&args, &base).await?);
+
+    println!(
+        "token-resolver load: {} resolutions per row, Zipf(s={}) over {} tokens, {}% new, \
+         concurrency {}, against {target}; {} cores",
+        args.requests,
+        args.zipf,
+        args.tokens,
+        args.new_share * 100.0,
+        args.concurrency,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+    );
+    println!();
+    println!("| row | resolutions/s | p50 | p99 | upstream calls | errors | peak RSS |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let mut throughput = Vec::new();
+    for subject in subjects(&args, &base, &endpoint)? {
+        let row = run_row(Arc::new(subject), &plan, args.concurrency).await;
+        println!("{}", row.line());
+        throughput.push((row.label, row.per_second));
+    }
+    println!();
+    if let [(_, ours), rest @ ..] = &throughput[..] {
+        let ratios: Vec<String> = rest
+            .iter()
+            .map(|(label, theirs)| format!("{:.1}x {label}", ours / theirs))
+            .collect();
+        println!("token-resolver throughput: {}", ratios.join(", "));
+    }
+
+    if args.fill > 0 {
+        fill::fill(args.fill, args.concurrency).await?;
+    }
+    Ok(())
+}
+
+/// The stream every row resolves, with the tokens it names: read from `--tokens-file` or
+/// minted at `base`.
+async fn plan(args: &LoadArgs, base: &str) -> Result<Plan, String> {
+    let new_needed = (args.requests as f64 * args.new_share).ceil() as usize;
+    let needed = args.tokens + new_needed.max(1);
+    let mut all_tokens = match &args.tokens_file {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        None => mint(base, &args.username, &args.password, needed).await?,
+    };
+    if all_tokens.len() <= args.tokens {
+        return Err(format!(
+            "{} tokens, need more than --tokens ({})",
+            all_tokens.len(),
+            args.tokens
+        ));
+    }
+    let pool = all_tokens.split_off(args.tokens);
+    if pool.len() < new_needed {
+        eprintln!(
+            "warning: {} new tokens for {new_needed} new-token resolutions; they repeat",
+            pool.len()
+        );
+    }
+    Ok(Plan {
+        stream: stream(args.requests, args.tokens, args.zipf, args.new_share),
+        tokens: all_tokens,
+        pool,
+    })
+}
+
+/// The rows: the resolver, then the baselines (the hyper floor for `http://` targets only).
+fn subjects(args: &LoadArgs, base: &str, endpoint: &Endpoint) -> Result<Vec<Subject>, String> {
+    let resolver = Resolver::builder()
+        .default_auth_url(base)
+        .allow_insecure_http(args.allow_insecure_http)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let url = endpoint.as_str().to_owned();
+    let mut subjects = vec![
+        Subject::Resolver {
+            resolver,
+            base: base.to_owned(),
+        },
+        Subject::HandWritten(HandWritten::new(
+            url.clone(),
+            100_000,
+            Duration::from_secs(60),
+        )),
+        Subject::Naive {
+            http: naive_client(),
+            url: url.clone(),
+        },
+    ];
+    if endpoint.url().scheme() == "http" {
+        let uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+        subjects.push(Subject::Hyper {
+            client: hyper_client(),
+            uri,
+        });
+    }
+    Ok(subjects)
+}
+
+/// The request stream shared by every row, and the tokens it names.
+pub(super) struct Plan {
+    /// Per resolution: an index into `tokens`, or [`NEW`].
+    pub(super) stream: Vec<u32>,
+    /// The Zipf-drawn token set, most popular first.
+    pub(super) tokens: Vec<String>,
+    /// Tokens for new-token resolutions, used in order.
+    pub(super) pool: Vec<String>,
+}
+
+/// Marks a new-token resolution in [`Plan::stream`].
+pub(super) const NEW: u32 = u32::MAX;
+
+/// Resolutions a task takes from the stream at once, so the tasks do not contend on its cursor.
+pub(super) const CHUNK: usize = 64;
+
+/// `len` draws: a Zipf(s) rank over `n` (0-based), or [`NEW`] with probability `new_share`.
+fn stream(len: usize, n: usize, s: f64, new_share: f64) -> Vec<u32> {
+    let mut total = 0.0;
+    let mut cdf: Vec<f64> = (1..=n)
+        .map(|k| {
+            total += (k as f64).powf(-s);
+            total
+        })
+        .collect();
+    cdf.iter_mut().for_each(|c| *c /= total);
+    let mut rng = fastrand::Rng::with_seed(0x5eed);
+    (0..len)
+        .map(|_| {
+            if rng.f64() < new_share {
+                NEW
+            } else {
+                let u = rng.f64();
+                cdf.partition_point(|&c| c < u).min(n - 1) as u32
+            }
+        })
+        .collect()
+}
+
+/// Mints `n` access tokens at a reference-API-compatible `base`: one login, then
+/// `/api/access_token` from a few concurrent clients sharing the session.
+async fn mint(base: &str, username: &str, password: &str, n: usize) -> Result<Vec<String>, String> {
+    let mut client = IntegratorClient::new(base).map_err(|e| e.to_string())?;
+    client
+        .login_password(username, password)
+        .await
+        .map_err(|e| format!("login as {username} at {base}: {e}"))?;
+    let minted = Arc::new(AtomicU64::new(0));
+    let progress = Progress::start("minting tokens", n as u64, minted.clone());
+    const MINTERS: usize = 8;
+    let mut tasks = tokio::task::JoinSet::new();
+    for m in 0..MINTERS {
+        let mut client = client.clone();
+        let minted = minted.clone();
+        let count = n / MINTERS + usize::from(m < n % MINTERS);
+        tasks.spawn(async move {
+            let mut tokens = Vec::with_capacity(count);
+            for _ in 0..count {
+                let token = client
+                    .fetch_access_token()
+                    .await
+                    .map_err(|e| format!("minting a token: {e}"))?;
+                tokens.push(token.secret().to_owned());
+                minted.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, String>(tokens)
+        });
+    }
+    let mut tokens = Vec::with_capacity(n);
+    while let Some(done) = tasks.join_next().await {
+        tokens.extend(done.map_err(|e| e.to_string())??);
+    }
+    progress.finish();
+    Ok(tokens)
+}

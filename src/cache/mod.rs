@@ -1,0 +1,293 @@
+//! The resolver's cache as one type, [`Tiers`]: the local moka cache of this process and, with
+//! the `redis` feature and a configured [`RedisTier`], the shared tier behind it.
+//!
+//! It owns where answers are kept and how they are dropped: looking an answer up, storing a
+//! fresh one in every tier, reading through to the shared tier on a local miss, and applying
+//! invalidations here, in Redis and (through Redis's channel) on every other node. The
+//! resolver decides what to cache and for how long; it never needs to know which tiers exist.
+//!
+//! - [`local`]: keys, entries and per-entry expiry on top of moka.
+//! - `redis` (feature `redis`): the shared tier, its keys, and the invalidation channel.
+
+pub(crate) mod local;
+#[cfg(feature = "redis")]
+mod redis;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) use local::{CacheKey, Cached, KeyRef, KeyView};
+#[cfg(feature = "redis")]
+pub use redis::RedisTier;
+
+use crate::auth_url::Endpoint;
+use crate::error::ConfigError;
+use crate::telemetry;
+use crate::user::User;
+
+/// What the local tier holds for a key.
+pub(crate) enum Lookup {
+    /// An answer to use as it is.
+    Fresh(Cached),
+    /// A user past its freshness, kept to serve if the API turns out to be unavailable.
+    Stale(Arc<User>),
+    /// Nothing.
+    Absent,
+}
+
+/// How many invalidations had happened when a call began; see [`Tiers::generation`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Generation(u64);
+
+/// How the tiers are set up, from the resolver's builder.
+pub(crate) struct TierSettings {
+    /// Entries the local tier holds at most.
+    pub(crate) capacity: u64,
+    /// How long a user outlives its freshness locally, as a fallback (`serve_stale_for`).
+    pub(crate) stale_for: Duration,
+    /// The longest any answer is kept (`cache_ttl`): bounds the shared tier's user indexes.
+    pub(crate) cache_ttl: Duration,
+    /// The shared tier, if any.
+    #[cfg(feature = "redis")]
+    pub(crate) shared: Option<RedisTier>,
+}
+
+/// The local tier and what must reach it from elsewhere: shared with the shared tier's
+/// subscriber, which applies other nodes' invalidations to it.
+pub(crate) struct Local {
+    /// Answers (users and rejections), each with its own time to live.
+    cache: local::Cache,
+    /// Whether users are kept past their freshness (stale serving is on).
+    keeps_stale: bool,
+    /// Bumped by every invalidation: a call that started before one does not cache its answer,
+    /// so an invalidation cannot be undone by a call already in flight.
+    generation: AtomicU64,
+}
+
+/// Every tier of one resolver.
+pub(crate) struct Tiers {
+    local: Arc<Local>,
+    /// The second tier, shared by every node, if configured.
+    #[cfg(feature = "redis")]
+    shared: Option<redis::SharedCache>,
+}
+
+impl Tiers {
+    pub(crate) fn new(settings: TierSettings) -> Result<Tiers, ConfigError> {
+        let local = Arc::new(Local {
+            cache: local::new_cache(settings.capacity, settings.stale_for),
+            keeps_stale: !settings.stale_for.is_zero(),
+            generation: AtomicU64::new(0),
+        });
+        #[cfg(feature = "redis")]
+        let shared = settings
+            .shared
+            .map(|tier| redis::SharedCache::new(tier, settings.cache_ttl))
+            .transpose()?;
+        #[cfg(not(feature = "redis"))]
+        let _ = settings.cache_ttl;
+        Ok(Tiers {
+            local,
+            #[cfg(feature = "redis")]
+            shared,
+        })
+    }
+
+    /// The local tier's answer for `key`, telling fresh entries from ones kept only as a
+    /// fallback. The hit path: no clock is read unless stale serving is on.
+    pub(crate) fn lookup(&self, key: &KeyRef<'_>) -> Lookup {
+        self.local.lookup(key)
+    }
+
+    /// A fresh answer another resolution stored since the caller's [`lookup`](Self::lookup)
+    /// missed. `contains_key` first: unlike a `get` it records no read, so the usual case
+    /// (nothing there) costs a probe of the map and nothing more.
+    pub(crate) fn recheck(&self, key: &KeyRef<'_>) -> Option<Cached> {
+        if !self.local.cache.contains_key(key as &dyn KeyView) {
+            return None;
+        }
+        match self.local.lookup(key) {
+            Lookup::Fresh(cached) => Some(cached),
+            Lookup::Stale(_) | Lookup::Absent => None,
+        }
+    }
+
+    /// The invalidations so far: read it before fetching an answer, and give it back to
+    /// [`store`](Self::store), which drops the answer if an invalidation came in between.
+    pub(crate) fn generation(&self) -> Generation {
+        Generation(self.local.generation.load(Ordering::Acquire))
+    }
+
+    /// The shared tier's answer for a local miss, stored locally with the lifetime it has left
+    /// there; `None` without a shared tier, when it has none, or when Redis fails.
+    pub(crate) async fn read_through(
+        &self,
+        endpoint: &Arc<Endpoint>,
+        token: &str,
+        generation: Generation,
+    ) -> Option<Cached> {
+        #[cfg(feature = "redis")]
+        if let Some(shared) = &self.shared {
+            self.start_subscriber();
+            let cached = shared.get(endpoint.as_str(), token).await?;
+            self.local.store(endpoint, token, &cached, generation);
+            return Some(cached);
+        }
+        let _ = (endpoint, token, generation);
+        None
+    }
+
+    /// Stores a fresh answer in every tier, unless it has no freshness or an invalidation came
+    /// after `generation`.
+    pub(crate) fn store(
+        &self,
+        endpoint: &Arc<Endpoint>,
+        token: &str,
+        cached: &Cached,
+        generation: Generation,
+    ) {
+        if !self.local.store(endpoint, token, cached, generation) {
+            return;
+        }
+        #[cfg(feature = "redis")]
+        if let Some(shared) = &self.shared {
+            shared.put(endpoint.as_str(), token, cached);
+        }
+    }
+
+    /// Drops one token's answer at `endpoint` in every tier and on every node.
+    pub(crate) fn invalidate_token(&self, endpoint: &str, token: &str) {
+        self.local.evict_token(endpoint, token);
+        #[cfg(feature = "redis")]
+        if let Some(shared) = &self.shared {
+            shared.delete(endpoint, token);
+        }
+    }
+
+    /// Drops every answer of user `user_id` at `endpoint` in every tier and on every node.
+    pub(crate) fn invalidate_user(&self, endpoint: &str, user_id: i64) {
+        self.local.evict_user(endpoint, user_id);
+        #[cfg(feature = "redis")]
+        if let Some(shared) = &self.shared {
+            shared.delete_user(endpoint, user_id);
+        }
+    }
+
+    /// Drops every answer in every tier and on every node.
+    pub(crate) fn invalidate_all(&self) {
+        self.local.evict_all();
+        #[cfg(feature = "redis")]
+        if let Some(shared) = &self.shared {
+            shared.delete_all();
+        }
+    }
+
+    /// Entries in the local tier, once moka has applied what is pending.
+    pub(crate) fn entries(&self) -> u64 {
+        self.local.cache.run_pending_tasks();
+        self.local.cache.entry_count()
+    }
+
+    /// Local misses the shared tier answered, and shared-tier operations that failed.
+    pub(crate) fn shared_counts(&self) -> (u64, u64) {
+        #[cfg(feature = "redis")]
+        if let Some(shared) = &self.shared {
+            return shared.counts();
+        }
+        (0, 0)
+    }
+
+    /// Whether the shared tier's invalidation channel is subscribed now; `false` without one.
+    /// Starts the subscriber if it is not running yet.
+    pub(crate) fn shared_subscribed(&self) -> bool {
+        #[cfg(feature = "redis")]
+        if let Some(shared) = &self.shared {
+            self.start_subscriber();
+            return shared.is_subscribed();
+        }
+        false
+    }
+
+    /// Starts, once, the task that applies other nodes' invalidations to the local tier.
+    #[cfg(feature = "redis")]
+    fn start_subscriber(&self) {
+        if let Some(shared) = &self.shared {
+            shared.start_subscriber(Arc::downgrade(&self.local));
+        }
+    }
+}
+
+impl Local {
+    fn lookup(&self, key: &KeyRef<'_>) -> Lookup {
+        match self.cache.get(key as &dyn KeyView) {
+            None => Lookup::Absent,
+            // Only kept past its freshness when stale serving is on; otherwise moka dropped it
+            // at `fresh_until` and a hit needs no clock.
+            Some(Cached::User { user, fresh_until })
+                if self.keeps_stale && fresh_until.has_passed() =>
+            {
+                Lookup::Stale(user)
+            }
+            Some(cached) => Lookup::Fresh(cached),
+        }
+    }
+
+    /// Caches `cached` unless it must not live (no freshness) or an invalidation happened since
+    /// `generation`; says whether it did.
+    fn store(
+        &self,
+        endpoint: &Arc<Endpoint>,
+        token: &str,
+        cached: &Cached,
+        generation: Generation,
+    ) -> bool {
+        let invalidated_meanwhile = self.generation.load(Ordering::Acquire) != generation.0;
+        if cached.fresh_until().has_passed() || invalidated_meanwhile {
+            return false;
+        }
+        self.cache
+            .insert(CacheKey::new(endpoint.clone(), token), cached.clone());
+        self.publish_entries();
+        true
+    }
+
+    fn evict_token(&self, endpoint: &str, token: &str) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.cache
+            .invalidate(&KeyRef { endpoint, token } as &dyn KeyView);
+        self.publish_entries();
+    }
+
+    fn evict_user(&self, endpoint: &str, user_id: i64) {
+        self.evict_where(|key, cached| {
+            cached.user_id() == Some(user_id) && key.endpoint.as_str() == endpoint
+        });
+    }
+
+    fn evict_all(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.cache.invalidate_all();
+        self.publish_entries();
+    }
+
+    /// Walks the cache and drops the entries `doomed` picks: O(entries), for rare
+    /// administrative use.
+    fn evict_where(&self, doomed: impl Fn(&CacheKey, &Cached) -> bool) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let keys: Vec<Arc<CacheKey>> = self
+            .cache
+            .iter()
+            .filter(|(key, cached)| doomed(key, cached))
+            .map(|(key, _)| key)
+            .collect();
+        for key in keys {
+            self.cache.invalidate(&*key);
+        }
+        self.publish_entries();
+    }
+
+    fn publish_entries(&self) {
+        metrics::gauge!(telemetry::CACHE_ENTRIES).set(self.cache.entry_count() as f64);
+    }
+}

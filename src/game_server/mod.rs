@@ -1,0 +1,260 @@
+//! A runnable game server that embeds a [`Resolver`]: tokio TCP, one JSON message per line.
+//! It owns the wire protocol, the rooms and who is in them, the per-connection limits, and
+//! [`GameClient`], the client side of the same protocol. It does not own token resolution:
+//! its connect and join handlers call [`Resolver::resolve_connect`] and
+//! [`Resolver::resolve_join`], which keep the allowlist, the cache and the upstream call.
+//!
+//! # Protocol
+//!
+//! Every message is one JSON object on one line (`\n`-terminated, at most
+//! [`GameServerConfig::max_line_bytes`]). A client sends, and the server answers each in
+//! order:
+//!
+//! | request | answer |
+//! |---|---|
+//! | `{"type":"connect","access_token":"…"}` | `{"type":"connected","user":{"id":1,"name":"Alice"}}` (`"user":null` when auth is off) |
+//! | `{"type":"search_room"}` | `{"type":"rooms","rooms":[RoomInfo…]}`, camelCase; a protected room carries `nodeProperties.authUrl` |
+//! | `{"type":"join", <RoomJoinArgs fields, camelCase>, "access_token":"…"}` | `{"type":"joined","room_id":"arena","user":{…}}` (`"user":null` when auth is off) |
+//!
+//! Any request can instead be answered `{"type":"error","error":"<code>","message":"…",
+//! "retryable":false}`. The codes are the resolver's ([`ErrorCode::as_str`]) plus the game
+//! server's own: [`ROOM_NOT_FOUND`], [`BAD_REQUEST`], [`LINE_TOO_LONG`], [`IDLE_TIMEOUT`]
+//! and [`SERVER_BUSY`]; after the last three the server closes the connection.
+//!
+//! # Decisions
+//!
+//! - **A join names its room; the room names the auth server.** The server looks the room up
+//!   by `roomId` (unknown: [`ROOM_NOT_FOUND`]) and refuses, with `auth_url_not_allowed` and no
+//!   upstream request, a join whose `authUrl` is not the room's own. The two are compared
+//!   after normalisation by [`Endpoint::parse`] (case of scheme and host, default port,
+//!   trailing slashes), so a client that re-serialises the URL is not punished; an empty
+//!   `authUrl` matches only a room without one. The resolution then uses the room's
+//!   configured URL, never the client's string. `host`, `port` and `protocol` of the join are
+//!   not checked: the room is identified by its id.
+//! - **Connect and join are resolved independently**, each with the token it carries, as on a
+//!   platform whose master server and room servers are separate processes. A join does not
+//!   need a prior connect, and does not reuse its token.
+//! - **A connection is in at most one room**: joining another leaves the first; closing the
+//!   connection leaves it too. So members are bounded by `max_connections`.
+//! - **What a hostile client controls is bounded**: line length (then [`LINE_TOO_LONG`] and
+//!   close), time between messages (then [`IDLE_TIMEOUT`] and close), time to read an answer
+//!   (`write_timeout`, then close), concurrent connections ([`SERVER_BUSY`] and close).
+//!   Messages of one connection are handled one at a time, so a connection has at most one
+//!   resolution under way.
+//! - Error messages and logs never carry the token; a malformed request's parse error is
+//!   echoed with every quoted value blanked out.
+//!
+//! # Layout
+//!
+//! - this file: [`GameServer`], which starts a server, and [`RunningGameServer`], one serving;
+//! - `config`: [`RoomConfig`], [`GameServerConfig`] and [`GameServerError`];
+//! - `protocol`: the messages, the error codes and reading one bounded line;
+//! - `handler`: the rooms and members every connection shares, and handling one message;
+//! - `connection`: the TCP transport: accept loop, connection cap, one task per connection;
+//! - `game_client`: [`GameClient`], the client's end of the protocol.
+
+mod config;
+mod connection;
+mod game_client;
+mod handler;
+mod protocol;
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use self::config::validate_rooms;
+pub use self::config::{GameServerConfig, GameServerError, RoomConfig};
+use self::connection::{accept_loop, SHUTDOWN_GRACE};
+pub use self::game_client::{GameClient, GameClientError, Joined};
+use self::handler::{normalised, Room, Shared};
+pub use self::protocol::{
+    Player, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, ROOM_NOT_FOUND, SERVER_BUSY,
+};
+use crate::player::{RoomInfo, AUTH_URL_PROPERTY};
+#[cfg(doc)]
+use crate::{Endpoint, ErrorCode};
+use crate::{Identity, Resolver};
+
+/// A game server ready to listen: a [`Resolver`], rooms and limits. [`spawn`](Self::spawn)
+/// starts it.
+#[derive(Debug, Clone)]
+pub struct GameServer {
+    resolver: Resolver,
+    config: GameServerConfig,
+}
+
+impl GameServer {
+    /// A game server resolving tokens with `resolver` (a clone shares its cache).
+    ///
+    /// The rooms' authUrls must be allowed by `resolver` (its default or an
+    /// `allow_auth_url`), or every join to them fails with `auth_url_not_allowed`; see
+    /// [`RoomConfig::uncovered_auth_urls`].
+    ///
+    /// # Errors
+    ///
+    /// [`GameServerError::Rooms`] for an empty room list, a bad or duplicate room id or an
+    /// unparsable authUrl; [`GameServerError::Limit`] for a zero limit.
+    pub fn new(resolver: Resolver, config: GameServerConfig) -> Result<Self, GameServerError> {
+        validate_rooms(&config.rooms)?;
+        for (setting, zero) in [
+            ("max_line_bytes", config.max_line_bytes == 0),
+            ("idle_timeout", config.idle_timeout.is_zero()),
+            ("write_timeout", config.write_timeout.is_zero()),
+            ("max_connections", config.max_connections == 0),
+        ] {
+            if zero {
+                return Err(GameServerError::Limit { setting });
+            }
+        }
+        Ok(GameServer { resolver, config })
+    }
+
+    /// Binds `addr` (port 0 picks a free one) and serves in a tokio task until
+    /// [`RunningGameServer::shutdown`], or until the [`RunningGameServer`] is dropped.
+    /// The rooms advertise `advertised_host` (default: the bound IP) and the bound port.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error of binding `addr` or of reading the bound address.
+    pub async fn spawn(self, addr: SocketAddr) -> io::Result<RunningGameServer> {
+        let listener = TcpListener::bind(addr).await?;
+        let local_addr = listener.local_addr()?;
+        let rooms: Vec<Room> = self
+            .config
+            .rooms
+            .iter()
+            .map(|r| Room {
+                id: r.room_id.clone(),
+                auth_url: r.auth_url.clone().unwrap_or_default(),
+                endpoint: r.auth_url.as_deref().and_then(normalised),
+            })
+            .collect();
+        let room_infos = self
+            .config
+            .rooms
+            .iter()
+            .map(|r| RoomInfo {
+                host: self
+                    .config
+                    .advertised_host
+                    .clone()
+                    .unwrap_or_else(|| local_addr.ip().to_string()),
+                port: local_addr.port(),
+                protocol: "tcp".to_owned(),
+                room_id: r.room_id.clone(),
+                node_properties: r.auth_url.as_ref().map(|url| {
+                    Map::from_iter([(AUTH_URL_PROPERTY.to_owned(), Value::String(url.clone()))])
+                }),
+            })
+            .collect();
+        let shared = Arc::new(Shared {
+            resolver: self.resolver,
+            rooms,
+            room_infos,
+            members: Mutex::new(HashMap::new()),
+            config: self.config,
+            next_connection: AtomicU64::new(1),
+        });
+        let (stop, stopped) = watch::channel(());
+        let task = tokio::spawn(accept_loop(listener, shared.clone(), stopped));
+        tracing::info!(%local_addr, "game server listening");
+        Ok(RunningGameServer {
+            local_addr,
+            shared,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+}
+
+/// Whom a room holds: one entry per connection that joined it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    /// The connection's number on this server, counting from 1.
+    pub connection: u64,
+    /// Who the join resolved to.
+    pub identity: Identity,
+}
+
+/// A [`GameServer`] serving in a tokio task, from [`GameServer::spawn`].
+///
+/// Dropping it aborts the server and its connections; [`shutdown`](Self::shutdown) stops it
+/// gracefully.
+#[derive(Debug)]
+pub struct RunningGameServer {
+    /// The bound address (the real port when 0 was asked for).
+    local_addr: SocketAddr,
+    /// The resolver, rooms and members, to read them.
+    shared: Arc<Shared>,
+    /// Tells the accept loop and every connection to stop; `None` once used.
+    stop: Option<watch::Sender<()>>,
+    /// The accept loop, which owns the connection tasks; `None` once shut down.
+    task: Option<JoinHandle<()>>,
+}
+
+impl RunningGameServer {
+    /// The address the server listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The embedded resolver, e.g. for its [`stats`](Resolver::stats) or to
+    /// [`invalidate`](Resolver::invalidate) a revoked token.
+    pub fn resolver(&self) -> &Resolver {
+        &self.shared.resolver
+    }
+
+    /// The rooms as `search_room` answers them.
+    pub fn rooms(&self) -> &[RoomInfo] {
+        &self.shared.room_infos
+    }
+
+    /// Who is in `room_id` now, by connection number.
+    pub fn members(&self, room_id: &str) -> Vec<Member> {
+        let members = self.shared.members();
+        let mut list: Vec<Member> = members
+            .get(room_id)
+            .into_iter()
+            .flatten()
+            .map(|(&connection, identity)| Member {
+                connection,
+                identity: identity.clone(),
+            })
+            .collect();
+        list.sort_by_key(|m| m.connection);
+        list
+    }
+
+    /// Stops accepting, tells every connection to close after the message it is handling,
+    /// and waits for them for at most 5 s, after which they are cut.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(mut task) = self.task.take() {
+            if tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), &mut task)
+                .await
+                .is_err()
+            {
+                task.abort();
+            }
+        }
+    }
+}
+
+impl Drop for RunningGameServer {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The wire protocol, whatever carries it: the requests a client sends, the answers the
+//! server writes, the game server's own error codes, and reading one bounded line.
+//!
+//! No `Debug` on what holds a token; error answers never echo a value the client sent.
+
+use std::io;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+
+use crate::player::RoomJoinArgs;
+use crate::Identity;
+
+/// Error code: the join names a room this server does not have. Not retryable.
+pub const ROOM_NOT_FOUND: &str = "room_not_found";
+/// Error code: the line is not JSON, or not one of the three requests. Not retryable; the
+/// connection stays open.
+pub const BAD_REQUEST: &str = "bad_request";
+/// Error code: the line is longer than `max_line_bytes`; the connection is then closed.
+pub const LINE_TOO_LONG: &str = "line_too_long";
+/// Error code: no complete message within `idle_timeout`; the connection is then closed.
+pub const IDLE_TIMEOUT: &str = "idle_timeout";
+/// Error code: `max_connections` are open; this one is closed at once. Retryable.
+pub const SERVER_BUSY: &str = "server_busy";
+
+/// Longest message quoted back in a `bad_request` answer.
+const MAX_ECHOED_ERROR_CHARS: usize = 200;
+
+/// A request off the wire. No `Debug`: it holds the token.
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(super) enum Request {
+    Connect {
+        #[serde(default)]
+        access_token: Option<String>,
+    },
+    SearchRoom,
+    Join(JoinMessage),
+}
+
+/// A join request: the `RoomJoinArgs` fields plus the token.
+#[derive(Deserialize)]
+pub(super) struct JoinMessage {
+    #[serde(flatten)]
+    pub(super) args: RoomJoinArgs,
+    #[serde(default)]
+    pub(super) access_token: Option<String>,
+}
+
+/// A user as the answers show it: id and name only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Player {
+    /// The user's id at the auth API.
+    pub id: i64,
+    /// The user's name at the auth API.
+    pub name: String,
+}
+
+impl Player {
+    pub(super) fn of(identity: &Identity) -> Option<Player> {
+        identity.user().map(|u| Player {
+            id: u.id,
+            name: u.name.clone(),
+        })
+    }
+}
+
+pub(super) fn error_line(code: &str, message: &str, retryable: bool) -> Vec<u8> {
+    to_line(&json!({"type": "error", "error": code, "message": message, "retryable": retryable}))
+}
+
+pub(super) fn to_line(value: &Value) -> Vec<u8> {
+    let mut line = serde_json::to_vec(value).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// A parse error with every `"…"` value blanked, cut to a readable length: the client's
+/// values (its token among them) are not echoed.
+pub(super) fn blank_quoted(message: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for c in message.chars() {
+        if c == '"' {
+            if inside {
+                out.push_str("…\"");
+            } else {
+                out.push('"');
+            }
+            inside = !inside;
+        } else if !inside {
+            out.push(c);
+        }
+    }
+    out.chars().take(MAX_ECHOED_ERROR_CHARS).collect()
+}
+
+/// How reading one line went.
+pub(super) enum Line {
+    /// A whole line is in the buffer, newline removed.
+    Complete,
+    /// The peer closed the connection (a partial last line is dropped).
+    Eof,
+    /// The line grew past the limit.
+    TooLong,
+}
+
+/// Reads one `\n`-terminated line of at most `max` bytes into `buf` (cleared first), never
+/// buffering more than `max` bytes of it.
+pub(super) async fn read_line<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<Line> {
+    buf.clear();
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(Line::Eof);
+        }
+        let (chunk, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (&available[..i], Some(i + 1)),
+            None => (available, None),
+        };
+        if buf.len() + chunk.len() > max {
+            return Ok(Line::TooLong);
+        }
+        buf.extend_from_slice(chunk);
+        let used = done.unwrap_or(chunk.len());
+        reader.consume(used);
+        if done.is_some() {
+            if buf.last() == Some(&b'\r') {
+                buf.pop();
+            }
+            return Ok(Line::Complete);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::BufReader;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn read_line_splits_lines_and_refuses_long_ones() {
+        let input: &[u8] = b"{\"a\":1}\r\n\nxxxxxxxxxxx\n";
+        let mut reader = BufReader::with_capacity(4, input);
+        let mut buf = Vec::new();
+        assert!(matches!(
+            read_line(&mut reader, &mut buf, 10).await.unwrap(),
+            Line::Complete
+        ));
+        assert_eq!(buf, b"{\"a\":1}");
+        assert!(matches!(
+            read_line(&mut reader, &mut buf, 10).await.unwrap(),
+            Line::Complete
+        ));
+        assert!(buf.is_empty());
+        assert!(matches!(
+            read_line(&mut reader, &mut buf, 10).await.unwrap(),
+            Line::TooLong
+        ));
+    }
+
+    #[tokio::test]
+    async fn read_line_ends_at_eof() {
+        let mut reader = BufReader::new(&b"partial"[..]);
+        let mut buf = Vec::new();
+        assert!(matches!(
+            read_line(&mut reader, &mut buf, 100).await.unwrap(),
+            Line::Eof
+        ));
+    }
+
+    #[test]
+    fn blank_quoted_hides_values() {
+        let shown =
+            blank_quoted(r#"invalid type: string "SECRET", expected u16 at line 1 column 9"#);
+        assert!(!shown.contains("SECRET"), "{shown}");
+        assert!(shown.contains("expected u16"), "{shown}");
+    }
+}

@@ -1,0 +1,255 @@
+//! The reference integrator web API (SPEC section 7): the integrator's side of the seed, served
+//! by a real axum server, in memory.
+//!
+//! It owns the three APIs an integrator must provide — login (`POST /api/login`), token
+//! acquisition (`POST /api/access_token`) and user information acquisition (`POST /api/user`) —
+//! plus `POST /api/logout`, the users they serve, their sessions and their access tokens. It is
+//! what `token-resolver serve-api` and `token-resolver demo` run, what the tests resolve against,
+//! and a model for integrators.
+//!
+//! It does not own the resolving: the game server's side is [`Resolver`](crate::Resolver). It does
+//! not persist anything, speak TLS or send the cookie's `Secure` attribute (it serves plain HTTP,
+//! meant for loopback); put it behind a TLS proxy before exposing it.
+//!
+//! Secrets are handled as an integrator should: passwords are kept only as argon2 hashes, and
+//! session ids, access tokens and device ids only as SHA-256 hashes, looked up by hash. None of
+//! them is ever logged.
+//!
+//! ```no_run
+//! use token_resolver::reference_api::{ApiConfig, ReferenceApi};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let api = ReferenceApi::new(ApiConfig::default())?;
+//! let running = api.spawn("127.0.0.1:0".parse()?).await?;
+//! println!("resolve against {}", running.base_url());
+//! running.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+
+mod config;
+mod handlers;
+mod store;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::post;
+use axum::Router;
+use tokio::sync::{oneshot, Semaphore};
+use tokio::task::JoinHandle;
+
+pub use self::config::{demo_users, ApiConfig, ApiConfigError, ApiUser};
+use self::handlers::{access_token, login, logout, user};
+use self::store::{hash_password, random_secret, Account, Store};
+
+/// Largest request body accepted.
+const MAX_BODY_BYTES: usize = 4 * 1024;
+/// Password verifications running at once: each argon2 run holds about 19 MiB for a while.
+const MAX_CONCURRENT_VERIFICATIONS: usize = 4;
+/// Longest wait for open connections on [`RunningApi::shutdown`] before they are cut.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// The reference integrator web API: users, sessions and tokens in memory, served by
+/// [`ReferenceApi::router`] or [`ReferenceApi::spawn`].
+///
+/// Cheap to clone: the state is shared behind an `Arc`, so every clone serves the same users,
+/// sessions and tokens.
+#[derive(Clone)]
+pub struct ReferenceApi {
+    /// The shared state; handlers get a clone of `self` as axum state.
+    inner: Arc<Inner>,
+}
+
+/// What every clone of a [`ReferenceApi`] shares.
+struct Inner {
+    /// Lifetime of an access token.
+    token_ttl: Duration,
+    /// Password users by username: fixed at construction, so read without a lock.
+    accounts: HashMap<String, Account>,
+    /// A hash verified for unknown usernames, so their answer takes as long as a wrong password.
+    dummy_hash: String,
+    /// Bounds concurrent argon2 verifications (CPU and memory).
+    verify_slots: Semaphore,
+    /// Requests `POST /api/user` received, whatever the outcome.
+    user_requests: AtomicU64,
+    /// Everything that changes while serving. Never held across an `.await`.
+    state: Mutex<Store>,
+}
+
+impl fmt::Debug for ReferenceApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReferenceApi")
+            .field("password_users", &self.inner.accounts.len())
+            .field("token_ttl", &self.inner.token_ttl)
+            .field("user_requests", &self.user_requests())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReferenceApi {
+    /// Builds the API for `config`, hashing every password with argon2 (default parameters,
+    /// random salt). This takes a few tens of milliseconds per user.
+    ///
+    /// # Errors
+    ///
+    /// The errors of [`ApiConfig::validate`] (duplicate ids or usernames, empty usernames or
+    /// passwords), or [`ApiConfigError::Hash`] if argon2 fails.
+    pub fn new(config: ApiConfig) -> Result<Self, ApiConfigError> {
+        config.validate()?;
+        let mut accounts = HashMap::new();
+        let mut names = HashMap::new();
+        for user in config.users {
+            let password_hash =
+                hash_password(&user.password).map_err(|message| ApiConfigError::Hash {
+                    id: user.id,
+                    message,
+                })?;
+            names.insert(user.id, user.name);
+            accounts.insert(
+                user.username,
+                Account {
+                    id: user.id,
+                    password_hash,
+                },
+            );
+        }
+        let dummy_hash = hash_password(&random_secret())
+            .map_err(|message| ApiConfigError::Hash { id: 0, message })?;
+        let next_guest_id = names.keys().max().map_or(1, |max| max.saturating_add(1));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                token_ttl: config.token_ttl,
+                accounts,
+                dummy_hash,
+                verify_slots: Semaphore::new(MAX_CONCURRENT_VERIFICATIONS),
+                user_requests: AtomicU64::new(0),
+                state: Mutex::new(Store {
+                    names,
+                    guests: HashMap::new(),
+                    next_guest_id,
+                    sessions: HashMap::new(),
+                    tokens: HashMap::new(),
+                    issued: 0,
+                }),
+            }),
+        })
+    }
+
+    /// The axum router serving the four `/api/*` endpoints (other methods on them answer 405
+    /// with `Allow: POST`), with request bodies limited to 4 KiB.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/api/login", post(login))
+            .route("/api/access_token", post(access_token))
+            .route("/api/user", post(user))
+            .route("/api/logout", post(logout))
+            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .with_state(self.clone())
+    }
+
+    /// How many requests `POST /api/user` has received, whatever their outcome. Tests use it to
+    /// count the resolver's upstream calls.
+    pub fn user_requests(&self) -> u64 {
+        self.inner.user_requests.load(Ordering::Relaxed)
+    }
+
+    /// Binds `addr` (port 0 picks a free port) and serves [`ReferenceApi::router`] in a tokio
+    /// task until [`RunningApi::shutdown`] or until the [`RunningApi`] is dropped.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error of binding `addr` or of reading the bound address.
+    pub async fn spawn(self, addr: SocketAddr) -> std::io::Result<RunningApi> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let local_addr = listener.local_addr()?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let router = self.router();
+        let task = tokio::spawn(async move {
+            let serve = axum::serve(listener, router).with_graceful_shutdown(async {
+                // A dropped sender stops the server too.
+                let _ = stopped.await;
+            });
+            if let Err(error) = serve.await {
+                tracing::error!(%error, "reference API server failed");
+            }
+        });
+        tracing::debug!(%local_addr, "reference API listening");
+        Ok(RunningApi {
+            local_addr,
+            api: self,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// Locks the store. A handler that panicked while holding the lock leaves only complete
+    /// map operations behind, so a poisoned lock is still usable.
+    fn store(&self) -> MutexGuard<'_, Store> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A [`ReferenceApi`] serving in a tokio task, from [`ReferenceApi::spawn`].
+///
+/// Dropping it aborts the task; [`RunningApi::shutdown`] stops it gracefully.
+#[derive(Debug)]
+pub struct RunningApi {
+    /// The bound address (with the real port when 0 was asked for).
+    local_addr: SocketAddr,
+    /// The API being served, to read its counters.
+    api: ReferenceApi,
+    /// Tells the server to stop accepting and finish; `None` once used.
+    stop: Option<oneshot::Sender<()>>,
+    /// The serving task; `None` once shut down.
+    task: Option<JoinHandle<()>>,
+}
+
+impl RunningApi {
+    /// The address the server listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The base URL to give as authUrl, such as `http://127.0.0.1:8080`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.local_addr)
+    }
+
+    /// The API being served.
+    pub fn api(&self) -> &ReferenceApi {
+        &self.api
+    }
+
+    /// Stops accepting connections and waits for the open ones to finish, for at most 5 s,
+    /// after which they are cut.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(mut task) = self.task.take() {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut task)
+                .await
+                .is_err()
+            {
+                task.abort();
+            }
+        }
+    }
+}
+
+impl Drop for RunningApi {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}

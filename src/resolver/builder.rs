@@ -1,0 +1,438 @@
+//! [`ResolverBuilder`]: every setting of a [`Resolver`], its default, and the checks `build`
+//! makes before anything is started.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use super::flight::Flights;
+use super::stats::Counters;
+use super::{Inner, Resolver};
+use crate::auth_url::{AllowList, Endpoint};
+#[cfg(feature = "redis")]
+use crate::cache::RedisTier;
+use crate::cache::{TierSettings, Tiers};
+use crate::error::ConfigError;
+use crate::telemetry;
+use crate::upstream::breaker::{BreakerConfig, Breakers};
+use crate::upstream::Upstream;
+#[cfg(doc)]
+use crate::{Identity, User};
+/// Configures a [`Resolver`]. Every setter takes and returns the builder; [`build`](Self::build)
+/// checks the whole configuration.
+///
+/// | setter | default |
+/// |---|---|
+/// | [`default_auth_url`](Self::default_auth_url) | none (required while `auth_required`) |
+/// | [`allow_auth_url`](Self::allow_auth_url) | none |
+/// | [`auth_required`](Self::auth_required) | `true` |
+/// | [`allow_insecure_http`](Self::allow_insecure_http) | `false` |
+/// | [`cache_ttl`](Self::cache_ttl) | 60 s |
+/// | [`negative_cache_ttl`](Self::negative_cache_ttl) | 5 s |
+/// | [`max_cache_entries`](Self::max_cache_entries) | 100 000 |
+/// | [`max_concurrent_requests`](Self::max_concurrent_requests) | 64 |
+/// | [`queue_timeout`](Self::queue_timeout) | 1 s |
+/// | [`request_timeout`](Self::request_timeout) | 5 s |
+/// | [`connect_timeout`](Self::connect_timeout) | 2 s |
+/// | [`max_response_bytes`](Self::max_response_bytes) | 64 KiB |
+/// | [`retries`](Self::retries) | 1 |
+/// | [`serve_stale_for`](Self::serve_stale_for) | zero (off) |
+/// | [`circuit_breaker`](Self::circuit_breaker) | 5 failures, 2 s cool-down |
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct ResolverBuilder {
+    default_auth_url: Option<String>,
+    allowed_auth_urls: Vec<String>,
+    auth_required: bool,
+    allow_insecure_http: bool,
+    cache_ttl: Duration,
+    negative_cache_ttl: Duration,
+    max_cache_entries: u64,
+    max_concurrent_requests: usize,
+    queue_timeout: Duration,
+    request_timeout: Duration,
+    connect_timeout: Duration,
+    max_response_bytes: usize,
+    retries: u32,
+    serve_stale_for: Duration,
+    breaker: BreakerConfig,
+    #[cfg(feature = "redis")]
+    shared_cache: Option<RedisTier>,
+}
+
+impl Default for ResolverBuilder {
+    fn default() -> Self {
+        ResolverBuilder {
+            default_auth_url: None,
+            allowed_auth_urls: Vec::new(),
+            auth_required: true,
+            allow_insecure_http: false,
+            cache_ttl: Duration::from_secs(60),
+            negative_cache_ttl: Duration::from_secs(5),
+            max_cache_entries: 100_000,
+            max_concurrent_requests: 64,
+            queue_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+            max_response_bytes: 64 * 1024,
+            retries: 1,
+            serve_stale_for: Duration::ZERO,
+            breaker: BreakerConfig {
+                threshold: 5,
+                cool_down: Duration::from_secs(2),
+            },
+            #[cfg(feature = "redis")]
+            shared_cache: None,
+        }
+    }
+}
+
+impl ResolverBuilder {
+    /// The platform option "user resource acquisition API URL": used for connects, and for
+    /// joins whose room has no authUrl. Always allowed. Default: none.
+    pub fn default_auth_url(self, url: impl AsRef<str>) -> Self {
+        ResolverBuilder {
+            default_auth_url: Some(url.as_ref().to_owned()),
+            ..self
+        }
+    }
+
+    /// Allows a room authUrl, and every URL under its path at a segment boundary. Repeatable.
+    /// Default: none (only the default authUrl is allowed).
+    pub fn allow_auth_url(mut self, url: impl AsRef<str>) -> Self {
+        self.allowed_auth_urls.push(url.as_ref().to_owned());
+        self
+    }
+
+    /// The options-screen switch. When `false`, connects and joins resolve to
+    /// [`Identity::Anonymous`] with no network call. Default: `true`.
+    pub fn auth_required(self, required: bool) -> Self {
+        ResolverBuilder {
+            auth_required: required,
+            ..self
+        }
+    }
+
+    /// Permits `http://` to non-loopback hosts, which sends tokens in the clear. Default:
+    /// `false` (`http://` only to `localhost`, `127.0.0.0/8` and `[::1]`).
+    pub fn allow_insecure_http(self, allow: bool) -> Self {
+        ResolverBuilder {
+            allow_insecure_http: allow,
+            ..self
+        }
+    }
+
+    /// Upper bound on how long a user stays cached; an answer's `max-age` may shorten it.
+    /// Zero disables positive caching. Default: 60 s.
+    pub fn cache_ttl(self, ttl: Duration) -> Self {
+        ResolverBuilder {
+            cache_ttl: ttl,
+            ..self
+        }
+    }
+
+    /// How long a token the API rejected (401/403) stays rejected without a call. Zero
+    /// disables negative caching. Default: 5 s.
+    pub fn negative_cache_ttl(self, ttl: Duration) -> Self {
+        ResolverBuilder {
+            negative_cache_ttl: ttl,
+            ..self
+        }
+    }
+
+    /// Cache capacity in entries (users and rejections). Default: 100 000.
+    pub fn max_cache_entries(self, entries: u64) -> Self {
+        ResolverBuilder {
+            max_cache_entries: entries,
+            ..self
+        }
+    }
+
+    /// Upstream calls in flight at once, for the whole resolver and its clones. Must be at
+    /// least 1. Default: 64.
+    pub fn max_concurrent_requests(self, n: usize) -> Self {
+        ResolverBuilder {
+            max_concurrent_requests: n,
+            ..self
+        }
+    }
+
+    /// Longest wait for an upstream slot before failing with `overloaded`. Default: 1 s.
+    pub fn queue_timeout(self, timeout: Duration) -> Self {
+        ResolverBuilder {
+            queue_timeout: timeout,
+            ..self
+        }
+    }
+
+    /// Deadline for one resolution's upstream work: every try, the backoff between them and
+    /// reading the body. Must be non-zero. Default: 5 s.
+    pub fn request_timeout(self, timeout: Duration) -> Self {
+        ResolverBuilder {
+            request_timeout: timeout,
+            ..self
+        }
+    }
+
+    /// Deadline for the TCP and TLS connect. Must be non-zero. Default: 2 s.
+    pub fn connect_timeout(self, timeout: Duration) -> Self {
+        ResolverBuilder {
+            connect_timeout: timeout,
+            ..self
+        }
+    }
+
+    /// Largest answer body accepted; a larger one is refused without reading it all. Must be
+    /// non-zero. Default: 64 KiB.
+    pub fn max_response_bytes(self, bytes: usize) -> Self {
+        ResolverBuilder {
+            max_response_bytes: bytes,
+            ..self
+        }
+    }
+
+    /// Extra tries on transient failures (connect errors, resets, 408, 429, 500, 502, 503,
+    /// 504), with jittered exponential backoff, within `request_timeout`. Default: 1.
+    pub fn retries(self, retries: u32) -> Self {
+        ResolverBuilder { retries, ..self }
+    }
+
+    /// Serve an answer up to this long past its freshness when the auth API is unavailable or
+    /// times out; the user is then flagged [`User::stale`] and counted in
+    /// `token_resolver_stale_served_total`. Never when the API rejects the token or breaks the
+    /// protocol. Default: zero (off).
+    ///
+    /// **The trade-off:** during an outage a token revoked at the API may still be accepted for
+    /// up to this window, and an answer's `max-age` no longer bounds how long it is used. Turn
+    /// it on when keeping players in the game through an auth outage matters more than revoking
+    /// them to the second; keep the window short (minutes, not hours).
+    pub fn serve_stale_for(self, window: Duration) -> Self {
+        ResolverBuilder {
+            serve_stale_for: window,
+            ..self
+        }
+    }
+
+    /// The per-API circuit breaker: after `failures` transient failures in a row (connect
+    /// errors, resets, timeouts, 408/429/5xx) resolutions that need that API fail at once with
+    /// `auth_unavailable` for `cool_down` (cache hits are still served), then one probe call
+    /// decides whether it closes. `failures == 0` disables it. Default: 5 failures, 2 s.
+    pub fn circuit_breaker(self, failures: u32, cool_down: Duration) -> Self {
+        ResolverBuilder {
+            breaker: BreakerConfig {
+                threshold: failures,
+                cool_down,
+            },
+            ..self
+        }
+    }
+
+    /// A second cache tier on Redis shared by every game-server node (feature `redis`): a local
+    /// miss looks there before calling the API, answers are written there with the same time
+    /// to live, and invalidations reach every node. Redis being down, slow or answering garbage
+    /// never fails a resolution. Default: none.
+    #[cfg(feature = "redis")]
+    pub fn shared_cache(self, tier: RedisTier) -> Self {
+        ResolverBuilder {
+            shared_cache: Some(tier),
+            ..self
+        }
+    }
+
+    /// Checks the configuration and builds the resolver.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the setting at fault when an authUrl is unparsable, has userinfo,
+    /// a query or a fragment, or is `http://` to a non-loopback host without
+    /// `allow_insecure_http(true)`; when `auth_required` is on without a `default_auth_url`;
+    /// when `max_concurrent_requests`, `request_timeout`, `connect_timeout` or
+    /// `max_response_bytes` is zero; or when the TLS backend cannot start.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use token_resolver::Resolver;
+    ///
+    /// let err = Resolver::builder().default_auth_url("http://auth.example.com").build().unwrap_err();
+    /// assert_eq!(err.setting(), "default_auth_url");
+    /// assert!(Resolver::builder().default_auth_url("https://auth.example.com").build().is_ok());
+    /// ```
+    pub fn build(self) -> Result<Resolver, ConfigError> {
+        let (allow, default_endpoint) = self.allow_list()?;
+        self.check_limits()?;
+        let upstream = Upstream {
+            http: self.http_client()?,
+            request_timeout: self.request_timeout,
+            retries: self.retries,
+            max_response_bytes: self.max_response_bytes,
+            breakers: Breakers::new(self.breaker),
+            slots: Semaphore::new(self.max_concurrent_requests),
+            queue_timeout: self.queue_timeout,
+        };
+        let cache = Tiers::new(TierSettings {
+            capacity: self.max_cache_entries,
+            stale_for: self.serve_stale_for,
+            cache_ttl: self.cache_ttl,
+            #[cfg(feature = "redis")]
+            shared: self.shared_cache,
+        })?;
+        Ok(Resolver {
+            inner: Arc::new(Inner {
+                allow,
+                default_endpoint,
+                auth_required: self.auth_required,
+                cache,
+                flights: Flights::new(),
+                upstream,
+                cache_ttl: self.cache_ttl,
+                negative_cache_ttl: self.negative_cache_ttl,
+                counters: Counters::default(),
+                resolutions: telemetry::Resolutions::default(),
+            }),
+        })
+    }
+
+    /// The allowlist (the default authUrl and every `allow_auth_url`) and the default endpoint.
+    fn allow_list(&self) -> Result<(AllowList, Option<Arc<Endpoint>>), ConfigError> {
+        let parse = |setting: &'static str, url: &str| {
+            Endpoint::parse(url, self.allow_insecure_http)
+                .map(|e| (Box::<str>::from(url), Arc::new(e)))
+                .map_err(|reason| ConfigError::new(setting, format!("{url:?}: {reason}")))
+        };
+        let default = self
+            .default_auth_url
+            .as_deref()
+            .map(|u| parse("default_auth_url", u))
+            .transpose()?;
+        if self.auth_required && default.is_none() {
+            return Err(ConfigError::new(
+                "default_auth_url",
+                "required while auth_required is on: set the platform's user resource acquisition API URL",
+            ));
+        }
+        let mut entries: Vec<_> = default.iter().cloned().collect();
+        for url in &self.allowed_auth_urls {
+            entries.push(parse("allow_auth_url", url)?);
+        }
+        let allow = AllowList::new(entries, self.allow_insecure_http);
+        Ok((allow, default.map(|(_, endpoint)| endpoint)))
+    }
+
+    /// Refuses limits that cannot work: zero, or more slots than a semaphore holds.
+    fn check_limits(&self) -> Result<(), ConfigError> {
+        for (setting, zero) in [
+            ("max_concurrent_requests", self.max_concurrent_requests == 0),
+            ("request_timeout", self.request_timeout.is_zero()),
+            ("connect_timeout", self.connect_timeout.is_zero()),
+            ("max_response_bytes", self.max_response_bytes == 0),
+        ] {
+            if zero {
+                return Err(ConfigError::new(setting, "must be greater than zero"));
+            }
+        }
+        let max_slots = Semaphore::MAX_PERMITS;
+        if self.max_concurrent_requests > max_slots {
+            return Err(ConfigError::new(
+                "max_concurrent_requests",
+                format!("must be at most {max_slots}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The HTTP client of the upstream calls.
+    fn http_client(&self) -> Result<reqwest::Client, ConfigError> {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(self.connect_timeout)
+            // A proxy from the environment would see every token; the allowlist decides where
+            // tokens go, not HTTPS_PROXY.
+            .no_proxy()
+            // The resolver retries transient failures itself, within its deadline. reqwest's
+            // own retry layer (for HTTP/2 refusals, which this HTTP/1 client never sees) would
+            // clone every request's headers in case; with no retries allowed it clones nothing.
+            .retry(reqwest::retry::never().max_retries_per_request(0))
+            .user_agent(concat!("token-resolver/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| {
+                ConfigError::new("http client", format!("cannot start the HTTP client: {e}"))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(b: ResolverBuilder) -> Result<Resolver, ConfigError> {
+        b.build()
+    }
+
+    #[test]
+    fn build_requires_a_default_url_while_auth_is_required() {
+        let err = build(Resolver::builder()).unwrap_err();
+        assert_eq!(err.setting(), "default_auth_url");
+        assert!(build(Resolver::builder().auth_required(false)).is_ok());
+    }
+
+    #[test]
+    fn build_refuses_bad_urls_naming_the_setter() {
+        let base = || Resolver::builder().default_auth_url("https://a.example");
+        for (b, setting) in [
+            (
+                Resolver::builder().default_auth_url("not a url"),
+                "default_auth_url",
+            ),
+            (
+                Resolver::builder().default_auth_url("https://u:p@a.example"),
+                "default_auth_url",
+            ),
+            (
+                Resolver::builder().default_auth_url("https://a.example/?q"),
+                "default_auth_url",
+            ),
+            (
+                Resolver::builder().default_auth_url("https://a.example/#f"),
+                "default_auth_url",
+            ),
+            (base().allow_auth_url("http://b.example"), "allow_auth_url"),
+        ] {
+            assert_eq!(build(b).unwrap_err().setting(), setting);
+        }
+        assert!(build(
+            base()
+                .allow_auth_url("http://b.example")
+                .allow_insecure_http(true)
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn build_refuses_zero_limits() {
+        let base = || Resolver::builder().default_auth_url("https://a.example");
+        assert_eq!(
+            build(base().max_concurrent_requests(0))
+                .unwrap_err()
+                .setting(),
+            "max_concurrent_requests"
+        );
+        assert_eq!(
+            build(base().request_timeout(Duration::ZERO))
+                .unwrap_err()
+                .setting(),
+            "request_timeout"
+        );
+        assert_eq!(
+            build(base().connect_timeout(Duration::ZERO))
+                .unwrap_err()
+                .setting(),
+            "connect_timeout"
+        );
+        assert_eq!(
+            build(base().max_response_bytes(0)).unwrap_err().setting(),
+            "max_response_bytes"
+        );
+    }
+}

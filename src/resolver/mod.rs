@@ -1,0 +1,492 @@
+//! [`Resolver`], the entry point: from an authUrl and an access token to a verified [`User`].
+//!
+//! The order of work in a resolution is the order of the checks a hostile client meets: the
+//! authUrl against the allowlist, the token's syntax, the cache, then one coalesced upstream
+//! call under the resolver-wide slot limit. Nothing reaches the network before the first two
+//! pass.
+//!
+//! - this file: the resolve path, invalidation and [`Stats`];
+//! - [`builder`]: [`ResolverBuilder`], every setting and its default;
+//! - [`request`]: [`ConnectRequest`], [`JoinRequest`] and the [`Identity`] they resolve to;
+//! - [`flight`]: coalescing concurrent look-ups of one key into one call;
+//! - [`stats`]: [`Stats`] and the striped counters behind it.
+
+pub(crate) mod builder;
+mod flight;
+pub(crate) mod request;
+pub(crate) mod stats;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
+
+pub use self::builder::ResolverBuilder;
+use self::flight::Flights;
+pub use self::request::{ConnectRequest, Identity, JoinRequest};
+pub use self::stats::Stats;
+use self::stats::{Counter, Counters};
+use crate::auth_url::{AllowList, Endpoint};
+use crate::cache::{CacheKey, Cached, KeyRef, Lookup, Tiers};
+use crate::error::{ErrorCode, ResolveError};
+use crate::telemetry;
+use crate::token;
+use crate::upstream::{Reply, Upstream};
+use crate::user::User;
+
+/// Resolves access tokens to users by asking the integrator's `/api/user`, with a cache.
+///
+/// Cheap to clone: it is an `Arc` inside, and clones share the cache, the in-flight calls, the
+/// slot limit and the HTTP connection pool. Build one per process with [`Resolver::builder`]
+/// and hand clones to every connection handler.
+///
+/// # Many tasks asking for one token
+///
+/// When many tasks resolve the same (authUrl, token) at once, as when a whole party joins a
+/// room, exactly one upstream call is made; every task gets its result, success or error.
+/// Cache hits never wait for anything.
+#[derive(Clone)]
+pub struct Resolver {
+    inner: Arc<Inner>,
+}
+
+/// Everything clones of a [`Resolver`] share.
+struct Inner {
+    /// The default authUrl and every `allow_auth_url`.
+    allow: AllowList,
+    /// The platform's "user resource acquisition API URL", for connects and rooms without one.
+    default_endpoint: Option<Arc<Endpoint>>,
+    /// The options-screen switch: when off, connects and joins are anonymous.
+    auth_required: bool,
+    /// Answers (users and rejections) in every tier, each with its own time to live.
+    cache: Tiers,
+    /// Calls under way, so concurrent resolutions of one key share one.
+    flights: Flights<Result<Cached, ResolveError>>,
+    /// The HTTP call, with what admits it: the breakers and the slot limit.
+    upstream: Upstream,
+    /// Upper bound on how long a user is cached.
+    cache_ttl: Duration,
+    /// How long a rejection is cached.
+    negative_cache_ttl: Duration,
+    /// The counters behind [`Resolver::stats`].
+    counters: Counters,
+    /// The handles of `token_resolver_resolutions_total`, one per outcome.
+    resolutions: telemetry::Resolutions,
+}
+
+/// How a resolution was answered, for its span and its metric.
+#[derive(Clone, Copy)]
+enum CacheOutcome {
+    Hit,
+    NegativeHit,
+    Miss,
+    Coalesced,
+    Stale,
+}
+
+impl CacheOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            CacheOutcome::Hit => "hit",
+            CacheOutcome::NegativeHit => "negative_hit",
+            CacheOutcome::Miss => "miss",
+            CacheOutcome::Coalesced => "coalesced",
+            CacheOutcome::Stale => "stale",
+        }
+    }
+}
+
+/// Where a resolution goes: a client-supplied authUrl, or the configured default.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Url(&'a str),
+    Default,
+}
+
+/// What a resolution ends with: the user and how it came, or the error and, when the cache was
+/// reached, how.
+type Resolution = Result<(Arc<User>, CacheOutcome), (ResolveError, Option<CacheOutcome>)>;
+
+// A resolver is shared across tasks and threads.
+const _: fn() = || {
+    fn shared<T: Send + Sync + Clone + 'static>() {}
+    shared::<Resolver>();
+};
+
+impl Resolver {
+    /// Starts configuring a resolver; see [`ResolverBuilder`] for every setting and default.
+    pub fn builder() -> ResolverBuilder {
+        ResolverBuilder::default()
+    }
+
+    /// Resolves `access_token` against the user information API at `auth_url`.
+    ///
+    /// In order: the authUrl must be allowed, the token must be a `b64token` of at most 4096
+    /// bytes (both checked before any traffic), then the cache answers or one upstream call is
+    /// made under the slot limit. Concurrent resolutions of one (authUrl, token) share that
+    /// call. This ignores `auth_required`: it is the explicit call.
+    ///
+    /// # Errors
+    ///
+    /// A [`ResolveError`] whose [`code`](ResolveError::code) says what happened; see the table
+    /// in the crate README. Transient ones ([`is_retryable`](ResolveError::is_retryable)) were
+    /// already retried within `request_timeout`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let resolver = token_resolver::Resolver::builder()
+    ///     .default_auth_url("https://auth.example.com")
+    ///     .build()?;
+    /// let user = resolver.resolve("https://auth.example.com", "mF_9.B5f-4.1JqM").await?;
+    /// println!("{} is {}", user.id, user.name);
+    /// # Ok(()) }
+    /// ```
+    pub async fn resolve(
+        &self,
+        auth_url: &str,
+        access_token: &str,
+    ) -> Result<Arc<User>, ResolveError> {
+        self.resolve_traced(Target::Url(auth_url), access_token)
+            .await
+    }
+
+    /// Resolves the token a client sent on connect, against the default authUrl.
+    ///
+    /// With `auth_required(false)` this is [`Identity::Anonymous`] and makes no call.
+    ///
+    /// # Errors
+    ///
+    /// [`ResolveError::TokenMissing`] when the request has no token or an empty one; otherwise
+    /// as [`resolve`](Self::resolve).
+    pub async fn resolve_connect(&self, req: &ConnectRequest) -> Result<Identity, ResolveError> {
+        self.resolve_identity(Target::Default, req.access_token.as_deref())
+            .await
+    }
+
+    /// Resolves the token a client sent on joining a room, against the room's authUrl; an
+    /// empty `auth_url` means the default authUrl.
+    ///
+    /// With `auth_required(false)` this is [`Identity::Anonymous`] and makes no call. The
+    /// authUrl is the client's claim: it is checked against the allowlist before any traffic.
+    ///
+    /// # Errors
+    ///
+    /// [`ResolveError::TokenMissing`] when the request has no token or an empty one; otherwise
+    /// as [`resolve`](Self::resolve).
+    pub async fn resolve_join(&self, req: &JoinRequest) -> Result<Identity, ResolveError> {
+        let target = match req.auth_url.as_str() {
+            "" => Target::Default,
+            url => Target::Url(url),
+        };
+        self.resolve_identity(target, req.access_token.as_deref())
+            .await
+    }
+
+    async fn resolve_identity(
+        &self,
+        target: Target<'_>,
+        token: Option<&str>,
+    ) -> Result<Identity, ResolveError> {
+        if !self.inner.auth_required {
+            return Ok(Identity::Anonymous);
+        }
+        let token = token.unwrap_or_default();
+        self.resolve_traced(target, token)
+            .await
+            .map(Identity::Authenticated)
+    }
+
+    /// One resolution in its span, counted in the metrics.
+    async fn resolve_traced(
+        &self,
+        target: Target<'_>,
+        token: &str,
+    ) -> Result<Arc<User>, ResolveError> {
+        let span = tracing::debug_span!(
+            "resolve",
+            auth_host = Empty,
+            cache = Empty,
+            user_id = Empty,
+            error = Empty
+        );
+        // With no subscriber listening at this level the span is a no-op: skip entering it on
+        // every poll (about a tenth of a cache hit's instructions).
+        let result = if span.is_disabled() {
+            self.resolve_inner(target, token, &span).await
+        } else {
+            self.resolve_inner(target, token, &span)
+                .instrument(span.clone())
+                .await
+        };
+        let label = match &result {
+            Ok((user, outcome)) => {
+                span.record("user_id", user.id);
+                span.record("cache", outcome.as_str());
+                outcome.as_str()
+            }
+            Err((error, outcome)) => {
+                if let Some(outcome) = outcome {
+                    span.record("cache", outcome.as_str());
+                }
+                span.record("error", error.code().as_str());
+                error.code().as_str()
+            }
+        };
+        self.inner.resolutions.count(label);
+        result.map(|(user, _)| user).map_err(|(error, _)| error)
+    }
+
+    async fn resolve_inner(&self, target: Target<'_>, token: &str, span: &Span) -> Resolution {
+        let inner = &*self.inner;
+        let endpoint = match target {
+            Target::Url(url) => inner.allow.check(url),
+            Target::Default => inner
+                .default_endpoint
+                .as_ref()
+                .map(Cow::Borrowed)
+                .ok_or_else(|| ResolveError::AuthUrlNotAllowed {
+                    reason: "no authUrl was given and no default_auth_url is configured".to_owned(),
+                }),
+        }
+        .map_err(|e| (e, None))?;
+        if !span.is_disabled() {
+            span.record("auth_host", endpoint.host());
+        }
+        // Only the size here: every cached token passed the full syntax check before it was
+        // stored, so a hit needs no scan. A miss scans before anything else.
+        token::check_size(token).map_err(|e| (e, None))?;
+
+        let key = KeyRef {
+            endpoint: endpoint.as_str(),
+            token,
+        };
+        let stale = match inner.cache.lookup(&key) {
+            Lookup::Fresh(Cached::User { user, .. }) => {
+                inner.counters.bump(Counter::Hits);
+                return Ok((user, CacheOutcome::Hit));
+            }
+            Lookup::Fresh(Cached::Rejected { status, .. }) => {
+                inner.counters.bump(Counter::NegativeHits);
+                return Err((rejected(&endpoint, status), Some(CacheOutcome::NegativeHit)));
+            }
+            Lookup::Stale(user) => Some(user),
+            Lookup::Absent => None,
+        };
+        // Boxed: the miss path's state is large, and a hit should not carry it.
+        Box::pin(self.resolve_miss(&endpoint, &key, stale)).await
+    }
+
+    /// A resolution the cache could not answer: the syntax check, then the coalesced call,
+    /// falling back to `stale` when the API is unreachable.
+    async fn resolve_miss(
+        &self,
+        endpoint: &Arc<Endpoint>,
+        key: &KeyRef<'_>,
+        stale: Option<Arc<User>>,
+    ) -> Resolution {
+        let inner = &*self.inner;
+        token::check_syntax(key.token).map_err(|e| (e, None))?;
+        let (result, ran) = inner
+            .flights
+            .run(
+                key,
+                || CacheKey::new(Arc::clone(endpoint), key.token),
+                || self.fetch(endpoint, key),
+            )
+            .await;
+        let outcome = if ran {
+            inner.counters.bump(Counter::Misses);
+            CacheOutcome::Miss
+        } else {
+            inner.counters.bump(Counter::Coalesced);
+            CacheOutcome::Coalesced
+        };
+        match result {
+            Ok(Cached::User { user, .. }) => Ok((user, outcome)),
+            Ok(Cached::Rejected { status, .. }) => Err((rejected(endpoint, status), Some(outcome))),
+            // Only an unreachable API falls back; a rejection or a broken answer never does.
+            Err(error) => match stale {
+                Some(user) if is_outage(&error) => {
+                    Ok((self.serve_stale(&user, &error), CacheOutcome::Stale))
+                }
+                _ => Err((error, Some(outcome))),
+            },
+        }
+    }
+
+    /// `user`, flagged stale, counted and logged: the answer while the API is unreachable.
+    fn serve_stale(&self, user: &User, error: &ResolveError) -> Arc<User> {
+        self.inner.counters.bump(Counter::StaleServed);
+        metrics::counter!(telemetry::STALE_SERVED_TOTAL).increment(1);
+        tracing::warn!(
+            user_id = user.id,
+            error = error.code().as_str(),
+            "serving a stale answer"
+        );
+        Arc::new(User {
+            stale: true,
+            ..user.clone()
+        })
+    }
+
+    /// The upstream call for one key, run once per flight: another flight's answer if one just
+    /// landed, else the shared tier's, else the API's; whatever the API answers is stored.
+    async fn fetch(
+        &self,
+        endpoint: &Arc<Endpoint>,
+        key: &KeyRef<'_>,
+    ) -> Result<Cached, ResolveError> {
+        let inner = &*self.inner;
+        if let Some(cached) = inner.cache.recheck(key) {
+            return Ok(cached);
+        }
+        let generation = inner.cache.generation();
+        if let Some(cached) = inner
+            .cache
+            .read_through(endpoint, key.token, generation)
+            .await
+        {
+            return Ok(cached);
+        }
+        let on_request = |usable: bool| {
+            inner.counters.bump(Counter::UpstreamCalls);
+            if !usable {
+                inner.counters.bump(Counter::UpstreamErrors);
+            }
+        };
+        let cached = match inner
+            .upstream
+            .call(endpoint, key.token, &on_request)
+            .await?
+        {
+            Reply::User { user, freshness } => {
+                Cached::user(Arc::new(user), freshness.ttl(inner.cache_ttl))
+            }
+            Reply::Rejected { status } => Cached::rejected(status, inner.negative_cache_ttl),
+        };
+        inner.cache.store(endpoint, key.token, &cached, generation);
+        Ok(cached)
+    }
+
+    /// Whether this resolver listens to the other nodes' invalidations on the shared tier now
+    /// (always `false` without one). The listener starts with the first resolution; wait for
+    /// this before relying on another node's invalidation reaching this one.
+    pub fn shared_cache_subscribed(&self) -> bool {
+        self.inner.cache.shared_subscribed()
+    }
+
+    /// Drops the cached answer (user or rejection) for one token at one authUrl, here and, with
+    /// a shared tier, in Redis and on every node.
+    ///
+    /// Call it when the integrator tells you a token was revoked. A call for that token already
+    /// in flight will not cache its answer.
+    pub fn invalidate(&self, auth_url: &str, access_token: &str) {
+        if let Ok(endpoint) = Endpoint::parse(auth_url, true) {
+            self.inner
+                .cache
+                .invalidate_token(endpoint.as_str(), access_token);
+        }
+    }
+
+    /// Drops every cached token of user `user_id` at `auth_url`, e.g. when the user is banned or
+    /// logs out everywhere; with a shared tier, in Redis and on every node too. It walks the
+    /// local cache: O(entries), meant for rare administrative use.
+    pub fn invalidate_user(&self, auth_url: &str, user_id: i64) {
+        if let Ok(endpoint) = Endpoint::parse(auth_url, true) {
+            self.inner.cache.invalidate_user(endpoint.as_str(), user_id);
+        }
+    }
+
+    /// Empties the cache; with a shared tier, Redis's entries and every node's cache too.
+    pub fn invalidate_all(&self) {
+        self.inner.cache.invalidate_all();
+    }
+
+    /// What this resolver (and its clones) did so far.
+    pub fn stats(&self) -> Stats {
+        let inner = &*self.inner;
+        let c = &inner.counters;
+        let (shared_hits, shared_errors) = inner.cache.shared_counts();
+        Stats {
+            hits: c.get(Counter::Hits),
+            misses: c.get(Counter::Misses),
+            coalesced: c.get(Counter::Coalesced),
+            negative_hits: c.get(Counter::NegativeHits),
+            upstream_calls: c.get(Counter::UpstreamCalls),
+            upstream_errors: c.get(Counter::UpstreamErrors),
+            entries: inner.cache.entries(),
+            stale_served: c.get(Counter::StaleServed),
+            short_circuited: inner.upstream.breakers.refusals(),
+            shared_hits,
+            shared_errors,
+        }
+    }
+}
+
+/// Whether `error` says the API could not be reached, as opposed to what it answered.
+fn is_outage(error: &ResolveError) -> bool {
+    matches!(
+        error.code(),
+        ErrorCode::AuthUnavailable | ErrorCode::AuthTimeout
+    )
+}
+
+fn rejected(endpoint: &Endpoint, status: u16) -> ResolveError {
+    ResolveError::TokenRejected {
+        host: endpoint.host().to_owned(),
+        status,
+    }
+}
+
+impl fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &*self.inner;
+        f.debug_struct("Resolver")
+            .field("default_endpoint", &inner.default_endpoint)
+            .field("allow", &inner.allow)
+            .field("auth_required", &inner.auth_required)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorCode;
+
+    #[tokio::test]
+    async fn auth_switched_off_is_anonymous_without_a_token() {
+        let resolver = Resolver::builder().auth_required(false).build().unwrap();
+        let id = resolver
+            .resolve_connect(&ConnectRequest::default())
+            .await
+            .unwrap();
+        assert_eq!(id, Identity::Anonymous);
+        assert_eq!(resolver.stats().upstream_calls, 0);
+    }
+
+    #[tokio::test]
+    async fn missing_and_malformed_tokens_fail_before_any_call() {
+        let resolver = Resolver::builder()
+            .default_auth_url("http://127.0.0.1:9")
+            .build()
+            .unwrap();
+        let code = |t: Option<&str>| {
+            let r = resolver.clone();
+            let req = ConnectRequest {
+                access_token: t.map(str::to_owned),
+            };
+            async move { r.resolve_connect(&req).await.unwrap_err().code() }
+        };
+        assert_eq!(code(None).await, ErrorCode::TokenMissing);
+        assert_eq!(code(Some("")).await, ErrorCode::TokenMissing);
+        assert_eq!(code(Some("a b")).await, ErrorCode::TokenMalformed);
+        assert_eq!(resolver.stats().upstream_calls, 0);
+    }
+}
