@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use token_resolver::game_server::{GameServer, GameServerConfig, RoomConfig};
+use token_resolver::game_server::{GameServer, GameServerConfig, RoomConfig, RunningGameServer};
 use token_resolver::{RedisTier, Resolver};
 
 /// `game-server` arguments.
@@ -58,16 +58,36 @@ pub(crate) struct GameServerArgs {
 }
 
 /// Serves until Ctrl-C; exit 2 on a usage error.
+/// Serves until Ctrl-C; exit 2 on a usage error, 1 when the port cannot be bound.
 pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
-    let usage = |message: String| {
-        eprintln!("error: {message}");
-        ExitCode::from(2)
+    let server = match server(&args) {
+        Ok(server) => server,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
     };
+    let running = match server.spawn(args.listen).await {
+        Ok(running) => running,
+        Err(e) => {
+            eprintln!("error: cannot listen on {}: {e}", args.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    // Written with errors ignored: a closed stdout must not stop the server.
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(banner(&args, &running).as_bytes());
+    let _ = stdout.flush();
+    drop(stdout);
+    let _ = tokio::signal::ctrl_c().await;
+    running.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+/// The game server the flags describe; a usage error names the flag at fault.
+fn server(args: &GameServerArgs) -> Result<GameServer, String> {
     let rooms = match &args.rooms {
-        Some(path) => match RoomConfig::load(path) {
-            Ok(rooms) => rooms,
-            Err(e) => return usage(e.to_string()),
-        },
+        Some(path) => RoomConfig::load(path).map_err(|e| e.to_string())?,
         None => RoomConfig::defaults(args.auth_url.as_deref()),
     };
     if args.auth_required {
@@ -79,11 +99,23 @@ pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
             .collect();
         let uncovered = RoomConfig::uncovered_auth_urls(&rooms, &allowed, args.allow_insecure_http);
         if let Some(url) = uncovered.first() {
-            return usage(format!(
+            return Err(format!(
                 "room authUrl {url:?} is not allowed, so every join to its room would fail: add --allow-auth-url {url}"
             ));
         }
     }
+    let config = GameServerConfig {
+        rooms,
+        max_connections: args.max_connections,
+        idle_timeout: Duration::from_secs(args.idle_timeout),
+        advertised_host: args.advertise_host.clone(),
+        ..GameServerConfig::default()
+    };
+    GameServer::new(resolver(args)?, config).map_err(|e| e.to_string())
+}
+
+/// The resolver the flags describe, with the shared tier when one is given.
+fn resolver(args: &GameServerArgs) -> Result<Resolver, String> {
     let mut builder = Resolver::builder()
         .auth_required(args.auth_required)
         .allow_insecure_http(args.allow_insecure_http);
@@ -93,36 +125,28 @@ pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
     for url in &args.allow_auth_url {
         builder = builder.allow_auth_url(url);
     }
-    if let Some(url) = &args.redis_url {
-        let Ok(secret) = std::env::var("TOKEN_RESOLVER_REDIS_SECRET") else {
-            return usage("--redis-url needs TOKEN_RESOLVER_REDIS_SECRET (at least 16 bytes, the same on every node)".to_owned());
-        };
-        let tier = RedisTier::new(url, secret).key_prefix(&args.redis_prefix);
+    if let Some(tier) = redis_tier(args)? {
         builder = builder.shared_cache(tier);
     }
-    let resolver = match builder.build() {
-        Ok(resolver) => resolver,
-        Err(e) => return usage(e.to_string()),
+    builder.build().map_err(|e| e.to_string())
+}
+
+/// The shared Redis tier of `--redis-url`, with its secret from the environment.
+fn redis_tier(args: &GameServerArgs) -> Result<Option<RedisTier>, String> {
+    let Some(url) = &args.redis_url else {
+        return Ok(None);
     };
-    let config = GameServerConfig {
-        rooms,
-        max_connections: args.max_connections,
-        idle_timeout: Duration::from_secs(args.idle_timeout),
-        advertised_host: args.advertise_host.clone(),
-        ..GameServerConfig::default()
-    };
-    let server = match GameServer::new(resolver, config) {
-        Ok(server) => server,
-        Err(e) => return usage(e.to_string()),
-    };
-    let running = match server.spawn(args.listen).await {
-        Ok(running) => running,
-        Err(e) => {
-            eprintln!("error: cannot listen on {}: {e}", args.listen);
-            return ExitCode::FAILURE;
-        }
-    };
-    // Written with errors ignored: a closed stdout must not stop the server.
+    let secret = std::env::var("TOKEN_RESOLVER_REDIS_SECRET").map_err(|_| {
+        "--redis-url needs TOKEN_RESOLVER_REDIS_SECRET (at least 16 bytes, the same on every node)"
+            .to_owned()
+    })?;
+    Ok(Some(
+        RedisTier::new(url, secret).key_prefix(&args.redis_prefix),
+    ))
+}
+
+/// What the server prints once it listens: the address, the auth setting and the rooms.
+fn banner(args: &GameServerArgs, running: &RunningGameServer) -> String {
     let mut banner = format!(
         "game server listening on {} (JSON lines over TCP)\n",
         running.local_addr()
@@ -142,11 +166,5 @@ pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
         banner.push_str(&format!("room {:<12} authUrl {shown}\n", room.room_id));
     }
     banner.push_str("messages: connect, search_room, join; Ctrl-C stops\n");
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(banner.as_bytes());
-    let _ = stdout.flush();
-    drop(stdout);
-    let _ = tokio::signal::ctrl_c().await;
-    running.shutdown().await;
-    ExitCode::SUCCESS
+    banner
 }
