@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{resolver_for, respond, user_answer, Scripted};
+use support::{eventually, resolver_for, respond, user_answer, Scripted};
 use token_resolver::{ErrorCode, Resolver};
 
 /// A server answering every token after `delay`, so concurrent calls overlap.
@@ -143,7 +143,10 @@ async fn no_slot_within_queue_timeout_is_overloaded() {
         let (r, url) = (resolver.clone(), server.url());
         tokio::spawn(async move { r.resolve(&url, "first").await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    eventually("the first resolution holds the only slot", || {
+        server.requests() == 1
+    })
+    .await;
     let err = resolver.resolve(&server.url(), "second").await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::Overloaded);
     assert!(err.is_retryable());
@@ -172,7 +175,10 @@ async fn cache_hits_do_not_wait_for_a_slot() {
         let (r, url) = (resolver.clone(), server.url());
         tokio::spawn(async move { r.resolve(&url, "slow").await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    eventually("the slow resolution holds the only slot", || {
+        server.requests() == 2
+    })
+    .await;
     let hit = tokio::time::timeout(
         Duration::from_millis(500),
         resolver.resolve(&server.url(), "cached"),

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{login_and_take_token, reference_api, resolver_for};
+use support::{logged_in, login_and_take_token, reference_api, resolver_for};
 use token_resolver::{ConnectRequest, ErrorCode, Identity, JoinRequest};
 
 #[tokio::test]
@@ -104,38 +104,16 @@ async fn invalidate_makes_a_revoked_token_fail() {
     // resolver ask again and learn of the revocation.
     let api = reference_api().await;
     let base = api.base_url();
-    let http = reqwest::Client::new();
-    let login = http
-        .post(format!("{base}/api/login"))
-        .json(&serde_json::json!({"username": "alice", "password": "wonderland"}))
-        .send()
-        .await
-        .unwrap();
-    let cookie = login.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
-    let token: serde_json::Value = http
-        .post(format!("{base}/api/access_token"))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let token = token["access_token"].as_str().unwrap();
+    let mut client = logged_in(&base, "alice", "wonderland").await;
+    let token = client
+        .authorization_access_token
+        .clone()
+        .expect("a token was taken");
+    let token = token.secret();
     let resolver = resolver_for(&base).build().unwrap();
     resolver.resolve(&base, token).await.unwrap();
 
-    http.post(format!("{base}/api/logout"))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap();
+    client.logout().await.unwrap();
     assert!(resolver.resolve(&base, token).await.is_ok(), "still cached");
     resolver.invalidate(&base, token);
     let err = resolver.resolve(&base, token).await.unwrap_err();
