@@ -13,7 +13,7 @@ use super::{
     MAX_SANE_MAX_AGE_SECS, SLOW_P95,
 };
 use crate::answer::parse_user;
-use crate::player::{ClientError, IntegratorClient};
+use crate::player::{ClientError, IntegratorClient, LoggedIn};
 use crate::{check_syntax, Endpoint};
 
 /// The `https` check on its own, from the URL alone (no traffic): `https` passes, `http` to
@@ -462,48 +462,55 @@ pub(super) async fn check_login_flow(
     user_url: &str,
     login: &Login,
 ) -> (CheckResult, Option<String>) {
+    match log_in(base_url, login).await {
+        Ok((me, token)) => {
+            let result = check_fresh_token(http, user_url, &token, &me).await;
+            (result, Some(token))
+        }
+        Err(failed) => (failed, None),
+    }
+}
+
+/// Logs in as `login` says and takes an access token; the failed `login_flow` otherwise.
+async fn log_in(base_url: &str, login: &Login) -> Result<(LoggedIn, String), CheckResult> {
     let id = CheckId::LoginFlow;
-    let mut client = match IntegratorClient::new(base_url) {
-        Ok(client) => client,
-        Err(e) => return (CheckResult::fail(id, e.to_string(), "see the error"), None),
-    };
+    let mut client = IntegratorClient::new(base_url)
+        .map_err(|e| CheckResult::fail(id, e.to_string(), "see the error"))?;
     let logged_in = match login {
         Login::Password { username, password } => client.login_password(username, password).await,
         Login::Device { device_id } => client.login_device(device_id).await,
     };
-    let me = match logged_in {
-        Ok(me) => me,
-        Err(ClientError::Status { status: 401, .. }) => {
-            return (
-                CheckResult::fail(id, "POST /api/login answered 401", "check the credentials (--username/--password or --device-id)"),
-                None,
-            )
-        }
-        Err(e) => {
-            return (
-                CheckResult::fail(
-                    id,
-                    format!("login: {e}"),
-                    "the check logs in as the reference API does: POST /api/login with JSON {\"username\",\"password\"} or {\"device_id\"}, answering {\"id\",\"name\"} and a session cookie; if yours differs, take a token your own way and pass --token",
-                ),
-                None,
-            )
-        }
-    };
-    let token = match client.fetch_access_token().await {
-        Ok(token) => token.secret().to_owned(),
-        Err(e) => {
-            return (
-                CheckResult::fail(
-                    id,
-                    format!("access_token: {e}"),
-                    "POST /api/access_token with the session cookie must answer {\"access_token\": \"...\"}, an RFC 6750 b64token",
-                ),
-                None,
-            )
-        }
-    };
-    let result = match post(http, user_url, Some(&token)).await {
+    let me = logged_in.map_err(|e| match e {
+        ClientError::Status { status: 401, .. } => CheckResult::fail(
+            id,
+            "POST /api/login answered 401",
+            "check the credentials (--username/--password or --device-id)",
+        ),
+        e => CheckResult::fail(
+            id,
+            format!("login: {e}"),
+            "the check logs in as the reference API does: POST /api/login with JSON {\"username\",\"password\"} or {\"device_id\"}, answering {\"id\",\"name\"} and a session cookie; if yours differs, take a token your own way and pass --token",
+        ),
+    })?;
+    let token = client.fetch_access_token().await.map_err(|e| {
+        CheckResult::fail(
+            id,
+            format!("access_token: {e}"),
+            "POST /api/access_token with the session cookie must answer {\"access_token\": \"...\"}, an RFC 6750 b64token",
+        )
+    })?;
+    Ok((me, token.secret().to_owned()))
+}
+
+/// `/api/user` for a token just issued to `me`: it must answer `me`.
+async fn check_fresh_token(
+    http: &reqwest::Client,
+    user_url: &str,
+    token: &str,
+    me: &LoggedIn,
+) -> CheckResult {
+    let id = CheckId::LoginFlow;
+    match post(http, user_url, Some(token)).await {
         Err(e) => CheckResult::fail(
             id,
             format!("/api/user with the fresh token: no answer ({e})"),
@@ -544,8 +551,7 @@ pub(super) async fn check_login_flow(
                 ),
             ),
         },
-    };
-    (result, Some(token))
+    }
 }
 
 #[cfg(test)]

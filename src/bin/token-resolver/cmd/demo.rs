@@ -194,8 +194,26 @@ async fn connect_search_join(
         return Err("the arena does not carry its authUrl in nodeProperties".into());
     }
 
-    // JoinRoom with each room's authUrl: both are cache hits of the connect's resolution.
-    for room in &rooms {
+    join_each_room(out, game, player, &rooms, token, me).await?;
+    step(
+        out,
+        "  [game server] members of arena",
+        &format!("id {} {:?}", me.id, me.name),
+    )?;
+    Ok(arena)
+}
+
+/// JoinRoom with each room's authUrl: each a cache hit of the connect's resolution; the
+/// player ends in the last room, the arena, alone.
+async fn join_each_room(
+    out: &mut (dyn Write + Send),
+    game: &RunningGameServer,
+    player: &mut GameClient,
+    rooms: &[RoomInfo],
+    token: &str,
+    me: &Player,
+) -> Result<(), DemoError> {
+    for room in rooms {
         let args = RoomJoinArgs::new(room, Map::new());
         let before = game.resolver().stats();
         let started = Instant::now();
@@ -225,12 +243,7 @@ async fn connect_search_join(
             .into())
         }
     }
-    step(
-        out,
-        "  [game server] members of arena",
-        &format!("id {} {:?}", me.id, me.name),
-    )?;
-    Ok(arena)
+    Ok(())
 }
 
 /// A forged authUrl (refused before any request), a made-up token and no token.

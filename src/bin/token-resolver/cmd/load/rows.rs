@@ -65,6 +65,31 @@ impl Subject {
     }
 }
 
+/// Resolves every token of the set once with a cache (so the row measures the steady state),
+/// or one per task without (so its connections are open).
+async fn warm_up(subject: &Arc<Subject>, plan: &Arc<Plan>, concurrency: usize) {
+    let warm: Vec<usize> = if subject.has_cache() {
+        (0..plan.tokens.len()).collect()
+    } else {
+        (0..concurrency.min(plan.tokens.len())).collect()
+    };
+    let warm = Arc::new(warm);
+    let cursor = Arc::new(AtomicUsize::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..concurrency {
+        let (subject, plan, warm, cursor) =
+            (subject.clone(), plan.clone(), warm.clone(), cursor.clone());
+        tasks.spawn(async move {
+            loop {
+                let i = cursor.fetch_add(1, Ordering::Relaxed);
+                let Some(&t) = warm.get(i) else { break };
+                let _ = subject.resolve(&plan.tokens[t]).await;
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
 /// One row of the table.
 pub(super) struct Row {
     pub(super) label: &'static str,
@@ -101,27 +126,7 @@ fn micros(d: Duration) -> String {
 /// Warms `subject` (its cache with every token of the set, its connections in any case), then
 /// runs the plan's stream from `concurrency` tasks.
 pub(super) async fn run_row(subject: Arc<Subject>, plan: &Arc<Plan>, concurrency: usize) -> Row {
-    let warm: Vec<usize> = if subject.has_cache() {
-        (0..plan.tokens.len()).collect()
-    } else {
-        (0..concurrency.min(plan.tokens.len())).collect()
-    };
-    let warm = Arc::new(warm);
-    let cursor = Arc::new(AtomicUsize::new(0));
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..concurrency {
-        let (subject, plan, warm, cursor) =
-            (subject.clone(), plan.clone(), warm.clone(), cursor.clone());
-        tasks.spawn(async move {
-            loop {
-                let i = cursor.fetch_add(1, Ordering::Relaxed);
-                let Some(&t) = warm.get(i) else { break };
-                let _ = subject.resolve(&plan.tokens[t]).await;
-            }
-        });
-    }
-    while tasks.join_next().await.is_some() {}
-
+    warm_up(&subject, plan, concurrency).await;
     let calls_before = subject.upstream_calls();
     reset_peak_rss();
     let label = subject.label();
