@@ -44,6 +44,8 @@
 //! - [`game_server`] (feature `reference-api`): a runnable game server embedding the resolver,
 //!   and [`GameClient`](game_server::GameClient), its client.
 //! - [`reference_api`] (feature `reference-api`): a reference integrator web API.
+//! - `server_task`: a server in a tokio task with a bounded graceful shutdown, which both
+//!   servers above are built on.
 //! - [`check`] (feature `reference-api`): the conformance checker an integrator runs against
 //!   their own user information API.
 //!
@@ -106,6 +108,8 @@ pub mod player;
 #[cfg(feature = "reference-api")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reference-api")))]
 pub mod reference_api;
+#[cfg(feature = "reference-api")]
+mod server_task;
 
 pub use auth_url::{AuthUrlError, Endpoint, MAX_AUTH_URL_BYTES};
 #[cfg(feature = "redis")]

@@ -10,26 +10,24 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::config::GameServerConfig;
 use super::handler::{handle, Shared};
+use crate::server_task::Stopped;
+
 use super::protocol::{error_line, read_line, Line, IDLE_TIMEOUT, LINE_TOO_LONG, SERVER_BUSY};
 
 /// Longest wait for open connections on [`RunningGameServer::shutdown`] before they are cut.
 pub(super) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-pub(super) async fn accept_loop(
-    listener: TcpListener,
-    shared: Arc<Shared>,
-    mut stop: watch::Receiver<()>,
-) {
+pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: Stopped) {
     let slots = Arc::new(Semaphore::new(shared.config.max_connections));
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
-            _ = stop.changed() => break,
+            _ = stop.wait() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
@@ -75,7 +73,7 @@ async fn serve_connection(
     peer: SocketAddr,
     connection: u64,
     shared: Arc<Shared>,
-    mut stop: watch::Receiver<()>,
+    mut stop: Stopped,
     _permit: OwnedSemaphorePermit,
 ) {
     let (read, mut write) = stream.into_split();
@@ -84,7 +82,7 @@ async fn serve_connection(
     let config = &shared.config;
     loop {
         let read = tokio::select! {
-            _ = stop.changed() => break,
+            _ = stop.wait() => break,
             read = tokio::time::timeout(config.idle_timeout, read_line(&mut reader, &mut line, config.max_line_bytes)) => read,
         };
         let answer = match read {

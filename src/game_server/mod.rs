@@ -68,8 +68,6 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use self::config::validate_rooms;
 pub use self::config::{GameServerConfig, GameServerError, RoomConfig};
@@ -80,6 +78,7 @@ pub use self::protocol::{
     Player, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, ROOM_NOT_FOUND, SERVER_BUSY,
 };
 use crate::player::{RoomInfo, AUTH_URL_PROPERTY};
+use crate::server_task::ServerTask;
 #[cfg(doc)]
 use crate::{Endpoint, ErrorCode};
 use crate::{Identity, Resolver};
@@ -164,14 +163,13 @@ impl GameServer {
             config: self.config,
             next_connection: AtomicU64::new(1),
         });
-        let (stop, stopped) = watch::channel(());
-        let task = tokio::spawn(accept_loop(listener, shared.clone(), stopped));
+        let accepting = shared.clone();
+        let task = ServerTask::spawn(|stopped| accept_loop(listener, accepting, stopped));
         tracing::info!(%local_addr, "game server listening");
         Ok(RunningGameServer {
             local_addr,
             shared,
-            stop: Some(stop),
-            task: Some(task),
+            task,
         })
     }
 }
@@ -195,10 +193,8 @@ pub struct RunningGameServer {
     local_addr: SocketAddr,
     /// The resolver, rooms and members, to read them.
     shared: Arc<Shared>,
-    /// Tells the accept loop and every connection to stop; `None` once used.
-    stop: Option<watch::Sender<()>>,
-    /// The accept loop, which owns the connection tasks; `None` once shut down.
-    task: Option<JoinHandle<()>>,
+    /// The accept loop, which owns the connection tasks; its stop signal reaches them too.
+    task: ServerTask,
 }
 
 impl RunningGameServer {
@@ -236,25 +232,9 @@ impl RunningGameServer {
 
     /// Stops accepting, tells every connection to close after the message it is handling,
     /// and waits for them for at most 5 s, after which they are cut.
-    pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(mut task) = self.task.take() {
-            if tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), &mut task)
-                .await
-                .is_err()
-            {
-                task.abort();
-            }
-        }
-    }
-}
-
-impl Drop for RunningGameServer {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
+    pub async fn shutdown(self) {
+        self.task
+            .shutdown(SHUTDOWN_GRACE + Duration::from_secs(1))
+            .await;
     }
 }

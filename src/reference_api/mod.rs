@@ -41,12 +41,12 @@ use std::time::Duration;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::post;
 use axum::Router;
-use tokio::sync::{oneshot, Semaphore};
-use tokio::task::JoinHandle;
+use tokio::sync::Semaphore;
 
 pub use self::config::{demo_users, ApiConfig, ApiConfigError, ApiUser};
 use self::handlers::{access_token, login, logout, user};
 use self::store::{hash_password, random_secret, Account, Store};
+use crate::server_task::ServerTask;
 
 /// Largest request body accepted.
 const MAX_BODY_BYTES: usize = 4 * 1024;
@@ -168,13 +168,10 @@ impl ReferenceApi {
     pub async fn spawn(self, addr: SocketAddr) -> std::io::Result<RunningApi> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local_addr = listener.local_addr()?;
-        let (stop, stopped) = oneshot::channel::<()>();
         let router = self.router();
-        let task = tokio::spawn(async move {
-            let serve = axum::serve(listener, router).with_graceful_shutdown(async {
-                // A dropped sender stops the server too.
-                let _ = stopped.await;
-            });
+        let task = ServerTask::spawn(|mut stopped| async move {
+            let serve = axum::serve(listener, router)
+                .with_graceful_shutdown(async move { stopped.wait().await });
             if let Err(error) = serve.await {
                 tracing::error!(%error, "reference API server failed");
             }
@@ -183,8 +180,7 @@ impl ReferenceApi {
         Ok(RunningApi {
             local_addr,
             api: self,
-            stop: Some(stop),
-            task: Some(task),
+            task,
         })
     }
 
@@ -207,10 +203,8 @@ pub struct RunningApi {
     local_addr: SocketAddr,
     /// The API being served, to read its counters.
     api: ReferenceApi,
-    /// Tells the server to stop accepting and finish; `None` once used.
-    stop: Option<oneshot::Sender<()>>,
-    /// The serving task; `None` once shut down.
-    task: Option<JoinHandle<()>>,
+    /// The serving task.
+    task: ServerTask,
 }
 
 impl RunningApi {
@@ -231,25 +225,7 @@ impl RunningApi {
 
     /// Stops accepting connections and waits for the open ones to finish, for at most 5 s,
     /// after which they are cut.
-    pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(mut task) = self.task.take() {
-            if tokio::time::timeout(SHUTDOWN_GRACE, &mut task)
-                .await
-                .is_err()
-            {
-                task.abort();
-            }
-        }
-    }
-}
-
-impl Drop for RunningApi {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
+    pub async fn shutdown(self) {
+        self.task.shutdown(SHUTDOWN_GRACE).await;
     }
 }

@@ -57,7 +57,6 @@ pub(crate) struct GameServerArgs {
     pub(crate) redis_prefix: String,
 }
 
-/// Serves until Ctrl-C; exit 2 on a usage error.
 /// Serves until Ctrl-C; exit 2 on a usage error, 1 when the port cannot be bound.
 pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
     let server = match server(&args) {
