@@ -120,7 +120,7 @@ pub use resolver::{ConnectRequest, Identity, JoinRequest, Resolver, ResolverBuil
 pub use token::{check_syntax, AccessToken, MAX_TOKEN_BYTES};
 pub use user::{ExtraFields, User};
 
-/// The README's Rust examples compile as doctests.
-#[cfg(doctest)]
+/// The README's Rust examples compile as doctests (they use the companion products).
+#[cfg(all(doctest, feature = "reference-api"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -7,10 +7,14 @@
 //! resolver decides what to cache and for how long; it never needs to know which tiers exist.
 //!
 //! - [`local`]: keys, entries and per-entry expiry on top of moka.
-//! - `redis` (feature `redis`): the shared tier, its keys, and the invalidation channel.
+//! - `redis` (feature `redis`): the shared tier, its keys, and the invalidation channel;
+//!   without the feature, `without_redis` stands in its place with types that have no value.
 
 pub(crate) mod local;
 #[cfg(feature = "redis")]
+mod redis;
+#[cfg(not(feature = "redis"))]
+#[path = "without_redis.rs"]
 mod redis;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +24,9 @@ use std::time::Duration;
 pub(crate) use local::{CacheKey, Cached, KeyRef, KeyView};
 #[cfg(feature = "redis")]
 pub use redis::RedisTier;
+#[cfg(not(feature = "redis"))]
+pub(crate) use redis::RedisTier;
+use redis::SharedCache;
 
 use crate::auth_url::Endpoint;
 use crate::error::ConfigError;
@@ -49,7 +56,6 @@ pub(crate) struct TierSettings {
     /// The longest any answer is kept (`cache_ttl`): bounds the shared tier's user indexes.
     pub(crate) cache_ttl: Duration,
     /// The shared tier, if any.
-    #[cfg(feature = "redis")]
     pub(crate) shared: Option<RedisTier>,
 }
 
@@ -69,8 +75,7 @@ pub(crate) struct Local {
 pub(crate) struct Tiers {
     local: Arc<Local>,
     /// The second tier, shared by every node, if configured.
-    #[cfg(feature = "redis")]
-    shared: Option<redis::SharedCache>,
+    shared: Option<SharedCache>,
 }
 
 impl Tiers {
@@ -80,18 +85,11 @@ impl Tiers {
             keeps_stale: !settings.stale_for.is_zero(),
             generation: AtomicU64::new(0),
         });
-        #[cfg(feature = "redis")]
         let shared = settings
             .shared
-            .map(|tier| redis::SharedCache::new(tier, settings.cache_ttl))
+            .map(|tier| SharedCache::new(tier, settings.cache_ttl))
             .transpose()?;
-        #[cfg(not(feature = "redis"))]
-        let _ = settings.cache_ttl;
-        Ok(Tiers {
-            local,
-            #[cfg(feature = "redis")]
-            shared,
-        })
+        Ok(Tiers { local, shared })
     }
 
     /// The local tier's answer for `key`, telling fresh entries from ones kept only as a
@@ -127,15 +125,11 @@ impl Tiers {
         token: &str,
         generation: Generation,
     ) -> Option<Cached> {
-        #[cfg(feature = "redis")]
-        if let Some(shared) = &self.shared {
-            self.start_subscriber();
-            let cached = shared.get(endpoint.as_str(), token).await?;
-            self.local.store(endpoint, token, &cached, generation);
-            return Some(cached);
-        }
-        let _ = (endpoint, token, generation);
-        None
+        let shared = self.shared.as_ref()?;
+        self.start_subscriber();
+        let cached = shared.get(endpoint.as_str(), token).await?;
+        self.local.store(endpoint, token, &cached, generation);
+        Some(cached)
     }
 
     /// Stores a fresh answer in every tier, unless it has no freshness or an invalidation came
@@ -150,7 +144,6 @@ impl Tiers {
         if !self.local.store(endpoint, token, cached, generation) {
             return;
         }
-        #[cfg(feature = "redis")]
         if let Some(shared) = &self.shared {
             shared.put(endpoint.as_str(), token, cached);
         }
@@ -159,7 +152,6 @@ impl Tiers {
     /// Drops one token's answer at `endpoint` in every tier and on every node.
     pub(crate) fn invalidate_token(&self, endpoint: &str, token: &str) {
         self.local.evict_token(endpoint, token);
-        #[cfg(feature = "redis")]
         if let Some(shared) = &self.shared {
             shared.delete(endpoint, token);
         }
@@ -168,7 +160,6 @@ impl Tiers {
     /// Drops every answer of user `user_id` at `endpoint` in every tier and on every node.
     pub(crate) fn invalidate_user(&self, endpoint: &str, user_id: i64) {
         self.local.evict_user(endpoint, user_id);
-        #[cfg(feature = "redis")]
         if let Some(shared) = &self.shared {
             shared.delete_user(endpoint, user_id);
         }
@@ -177,7 +168,6 @@ impl Tiers {
     /// Drops every answer in every tier and on every node.
     pub(crate) fn invalidate_all(&self) {
         self.local.evict_all();
-        #[cfg(feature = "redis")]
         if let Some(shared) = &self.shared {
             shared.delete_all();
         }
@@ -191,26 +181,17 @@ impl Tiers {
 
     /// Local misses the shared tier answered, and shared-tier operations that failed.
     pub(crate) fn shared_counts(&self) -> (u64, u64) {
-        #[cfg(feature = "redis")]
-        if let Some(shared) = &self.shared {
-            return shared.counts();
-        }
-        (0, 0)
+        self.shared.as_ref().map_or((0, 0), SharedCache::counts)
     }
 
     /// Whether the shared tier's invalidation channel is subscribed now; `false` without one.
     /// Starts the subscriber if it is not running yet.
     pub(crate) fn shared_subscribed(&self) -> bool {
-        #[cfg(feature = "redis")]
-        if let Some(shared) = &self.shared {
-            self.start_subscriber();
-            return shared.is_subscribed();
-        }
-        false
+        self.start_subscriber();
+        self.shared.as_ref().is_some_and(SharedCache::is_subscribed)
     }
 
     /// Starts, once, the task that applies other nodes' invalidations to the local tier.
-    #[cfg(feature = "redis")]
     fn start_subscriber(&self) {
         if let Some(shared) = &self.shared {
             shared.start_subscriber(Arc::downgrade(&self.local));

@@ -10,9 +10,7 @@ use super::flight::Flights;
 use super::stats::Counters;
 use super::{Inner, Resolver};
 use crate::auth_url::{AllowList, Endpoint};
-#[cfg(feature = "redis")]
-use crate::cache::RedisTier;
-use crate::cache::{TierSettings, Tiers};
+use crate::cache::{RedisTier, TierSettings, Tiers};
 use crate::error::ConfigError;
 use crate::telemetry;
 use crate::upstream::breaker::{BreakerConfig, Breakers};
@@ -57,7 +55,6 @@ pub struct ResolverBuilder {
     retries: u32,
     serve_stale_for: Duration,
     breaker: BreakerConfig,
-    #[cfg(feature = "redis")]
     shared_cache: Option<RedisTier>,
 }
 
@@ -82,7 +79,6 @@ impl Default for ResolverBuilder {
                 threshold: 5,
                 cool_down: Duration::from_secs(2),
             },
-            #[cfg(feature = "redis")]
             shared_cache: None,
         }
     }
@@ -233,6 +229,7 @@ impl ResolverBuilder {
     /// to live, and invalidations reach every node. Redis being down, slow or answering garbage
     /// never fails a resolution. Default: none.
     #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn shared_cache(self, tier: RedisTier) -> Self {
         ResolverBuilder {
             shared_cache: Some(tier),
@@ -275,7 +272,6 @@ impl ResolverBuilder {
             capacity: self.max_cache_entries,
             stale_for: self.serve_stale_for,
             cache_ttl: self.cache_ttl,
-            #[cfg(feature = "redis")]
             shared: self.shared_cache,
         })?;
         Ok(Resolver {

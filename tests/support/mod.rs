@@ -3,8 +3,10 @@
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 mod capture;
+#[cfg(feature = "reference-api")]
 mod game_server;
 mod raw;
+#[cfg(feature = "reference-api")]
 mod reference_api;
 mod scripted;
 mod untrusted_tls;
@@ -12,8 +14,10 @@ mod untrusted_tls;
 use std::time::{Duration, Instant};
 
 pub use capture::*;
+#[cfg(feature = "reference-api")]
 pub use game_server::*;
 pub use raw::*;
+#[cfg(feature = "reference-api")]
 pub use reference_api::*;
 pub use scripted::*;
 use token_resolver::Resolver;
