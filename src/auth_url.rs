@@ -384,7 +384,11 @@ mod tests {
             "https://a.example.evil.com/game",
         ] {
             let err = list.check(bad).unwrap_err();
-            assert_eq!(err.code(), crate::ErrorCode::AuthUrlNotAllowed, "{bad}");
+            assert_eq!(
+                err.code(),
+                crate::error::ErrorCode::AuthUrlNotAllowed,
+                "{bad}"
+            );
         }
     }
 

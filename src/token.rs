@@ -95,7 +95,7 @@ impl fmt::Debug for AccessToken {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorCode;
+    use crate::error::ErrorCode;
 
     fn code(token: &str) -> Option<ErrorCode> {
         check_syntax(token).err().map(|e| e.code())

@@ -7,6 +7,8 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::flight::Flights;
+#[cfg(doc)]
+use super::request::Identity;
 use super::stats::Counters;
 use super::{Inner, Resolver};
 use crate::auth_url::{AllowList, Endpoint};
@@ -16,7 +18,8 @@ use crate::telemetry;
 use crate::upstream::breaker::{BreakerConfig, Breakers};
 use crate::upstream::Upstream;
 #[cfg(doc)]
-use crate::{Identity, User};
+use crate::user::User;
+
 /// Configures a [`Resolver`]. Every setter takes and returns the builder; [`build`](Self::build)
 /// checks the whole configuration.
 ///

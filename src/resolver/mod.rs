@@ -458,7 +458,7 @@ impl fmt::Debug for Resolver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorCode;
+    use crate::error::ErrorCode;
 
     #[tokio::test]
     async fn auth_switched_off_is_anonymous_without_a_token() {

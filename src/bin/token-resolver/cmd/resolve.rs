@@ -5,10 +5,8 @@ use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, CommandFactory};
+use clap::Args;
 use token_resolver::{ErrorCode, Resolver};
-
-use crate::cli::Cli;
 
 /// `resolve` arguments.
 #[derive(Debug, Args)]
@@ -21,7 +19,8 @@ pub(crate) struct ResolveArgs {
         long,
         env = "TOKEN_RESOLVER_TOKEN",
         hide_env_values = true,
-        conflicts_with = "token_stdin"
+        conflicts_with = "token_stdin",
+        required_unless_present = "token_stdin"
     )]
     pub(crate) token: Option<String>,
     /// Read the access token from the first line of stdin.
@@ -47,12 +46,13 @@ pub(crate) async fn run(args: ResolveArgs) -> ExitCode {
             }
             line.trim_end_matches(['\r', '\n']).to_owned()
         }
-        (None, false) => Cli::command()
-            .error(
-                clap::error::ErrorKind::MissingRequiredArgument,
-                "resolve needs a token: --token, --token-stdin or TOKEN_RESOLVER_TOKEN",
-            )
-            .exit(),
+        // clap requires one of the two.
+        (None, false) => {
+            eprintln!(
+                "error: resolve needs a token: --token, --token-stdin or TOKEN_RESOLVER_TOKEN"
+            );
+            return ExitCode::from(2);
+        }
     };
     let timeout = Duration::from_millis(args.timeout_ms.max(1));
     let line = match Resolver::builder()
