@@ -120,7 +120,8 @@ pub use resolver::{ConnectRequest, Identity, JoinRequest, Resolver, ResolverBuil
 pub use token::{check_syntax, AccessToken, MAX_TOKEN_BYTES};
 pub use user::{ExtraFields, User};
 
-/// The README's Rust examples compile as doctests (they use the companion products).
-#[cfg(all(doctest, feature = "reference-api"))]
+/// The README's Rust examples compile as doctests (they use the companion products and the
+/// shared tier).
+#[cfg(all(doctest, feature = "reference-api", feature = "redis"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
