@@ -2,7 +2,8 @@
 //! information API before going live. It owns the checks, their verdicts and hints, and the
 //! [`Report`] they make; the CLI only prints it. It does not resolve tokens for a game server
 //! (that is [`Resolver`](crate::Resolver)'s job), and it judges the API by the same rules the
-//! resolver applies ([`parse_user`], [`Endpoint`], [`check_syntax`]).
+//! resolver applies ([`parse_user`](crate::answer::parse_user), [`Endpoint`],
+//! [`check_syntax`](crate::check_syntax)).
 //!
 //! Traffic goes only to the given URL's origin: `POST {authUrl}/api/user`, and, with
 //! credentials, `POST /api/login` and `POST /api/access_token` beside it. Redirects are not

@@ -20,7 +20,7 @@ use crate::server_task::Stopped;
 
 use super::protocol::{error_line, read_line, Line, IDLE_TIMEOUT, LINE_TOO_LONG, SERVER_BUSY};
 
-/// Longest wait for open connections on [`RunningGameServer::shutdown`] before they are cut.
+/// Longest wait for open connections on [`RunningGameServer::shutdown`](super::RunningGameServer::shutdown) before they are cut.
 pub(super) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: Stopped) {
     let slots = Arc::new(Semaphore::new(shared.config.max_connections));
