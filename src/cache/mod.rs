@@ -184,6 +184,11 @@ impl Tiers {
         self.shared.as_ref().map_or((0, 0), SharedCache::counts)
     }
 
+    /// Whether there is a shared tier.
+    pub(crate) fn has_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
     /// Whether the shared tier's invalidation channel is subscribed now; `false` without one.
     /// Starts the subscriber if it is not running yet.
     pub(crate) fn shared_subscribed(&self) -> bool {

@@ -172,6 +172,9 @@ pub struct GameServerConfig {
     /// The host rooms advertise in `search_room` (e.g. a public DNS name when listening on
     /// `0.0.0.0`). Default: `None`, the bound IP address.
     pub advertised_host: Option<String>,
+    /// The `retry_after_ms` of the `shutdown` message a draining server sends: how long a
+    /// client should wait before it reconnects. Default: 1 s.
+    pub shutdown_retry_after: Duration,
 }
 
 impl Default for GameServerConfig {
@@ -183,6 +186,7 @@ impl Default for GameServerConfig {
             write_timeout: Duration::from_secs(10),
             max_connections: 1024,
             advertised_host: None,
+            shutdown_retry_after: Duration::from_secs(1),
         }
     }
 }

@@ -1,17 +1,21 @@
-//! What every connection of one server shares (the resolver, the rooms and who is in them),
-//! and the handling of one message: the game logic of connect, search and join, written once
-//! for every transport.
+//! What every session of one server shares (the resolver, the rooms and who is in them, the
+//! connection cap and the drain signals), and the handling of one message: the game logic of
+//! connect, search and join, written once for every transport.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::json;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::config::GameServerConfig;
 use super::protocol::{
-    blank_quoted, error_line, to_line, JoinMessage, Player, Request, BAD_REQUEST, ROOM_NOT_FOUND,
+    blank_quoted, encode, refusal, JoinMessage, Player, Request, BAD_REQUEST, ROOM_NOT_FOUND,
 };
+use super::telemetry::MESSAGES_TOTAL;
 use crate::player::RoomInfo;
 use crate::{ConnectRequest, Endpoint, ErrorCode, Identity, JoinRequest, ResolveError, Resolver};
 
@@ -56,9 +60,56 @@ pub(super) struct Shared {
     pub(super) config: GameServerConfig,
     /// The next connection number.
     pub(super) next_connection: AtomicU64,
+    /// One permit per open session, on any transport: `max_connections` in all.
+    pub(super) slots: Arc<Semaphore>,
+    /// Every session's task, to wait for them while draining.
+    pub(super) sessions: TaskTracker,
+    /// Fires when the server starts draining: idle sessions say `shutdown` and close, busy
+    /// ones after the message in progress.
+    pub(super) draining: CancellationToken,
+    /// Fires when draining is over: every session still open closes at once.
+    pub(super) cut: CancellationToken,
+    /// Whether the TCP listener accepts connections now.
+    pub(super) accepting: AtomicBool,
 }
 
 impl Shared {
+    /// What every session of a new server shares.
+    pub(super) fn new(
+        resolver: Resolver,
+        rooms: Vec<Room>,
+        room_infos: Vec<RoomInfo>,
+        config: GameServerConfig,
+    ) -> Shared {
+        Shared {
+            resolver,
+            rooms,
+            room_infos,
+            members: Mutex::new(HashMap::new()),
+            next_connection: AtomicU64::new(1),
+            slots: Arc::new(Semaphore::new(config.max_connections)),
+            sessions: TaskTracker::new(),
+            draining: CancellationToken::new(),
+            cut: CancellationToken::new(),
+            accepting: AtomicBool::new(false),
+            config,
+        }
+    }
+
+    /// A number for a new connection, unique on this server, counting from 1.
+    pub(super) fn next_connection(&self) -> u64 {
+        self.next_connection.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(super) fn set_accepting(&self, accepting: bool) {
+        self.accepting.store(accepting, Ordering::Release);
+    }
+
+    /// Whether the TCP listener accepts connections now.
+    pub(super) fn is_accepting(&self) -> bool {
+        self.accepting.load(Ordering::Acquire)
+    }
+
     /// Locks the member table; a panic while holding it leaves only whole map operations
     /// behind, so a poisoned lock is still usable.
     pub(super) fn members(&self) -> MutexGuard<'_, HashMap<String, HashMap<u64, Identity>>> {
@@ -89,65 +140,83 @@ fn leave_all(members: &mut HashMap<String, HashMap<u64, Identity>>, connection: 
     });
 }
 
-/// Handles one message; the answer line, newline included.
-pub(super) async fn handle(shared: &Shared, connection: u64, line: &[u8]) -> Vec<u8> {
-    let request = match serde_json::from_slice::<Request>(line) {
+/// Handles one message of `connection`; the answer. Every resolution is logged with the
+/// connection and its outcome (`ok` or the error code).
+pub(super) async fn handle(shared: &Shared, connection: u64, message: &[u8]) -> Vec<u8> {
+    let request = match serde_json::from_slice::<Request>(message) {
         Ok(request) => request,
         Err(e) => {
+            metrics::counter!(MESSAGES_TOTAL, "type" => "invalid").increment(1);
             let msg = format!(
                 "expected {{\"type\": \"connect\" | \"search_room\" | \"join\", ...}}: {}",
                 blank_quoted(&e.to_string())
             );
-            return error_line(BAD_REQUEST, &msg, false);
+            return refusal(BAD_REQUEST, &msg, false);
         }
     };
+    metrics::counter!(MESSAGES_TOTAL, "type" => request.kind()).increment(1);
     match request {
         Request::Connect { access_token } => {
             let req = ConnectRequest { access_token };
             match shared.resolver.resolve_connect(&req).await {
                 Ok(identity) => {
+                    let user_id = identity.user().map(|u| u.id);
                     tracing::info!(
                         connection,
-                        user_id = identity.user().map(|u| u.id),
+                        request = "connect",
+                        outcome = "ok",
+                        user_id,
                         "connected"
                     );
-                    to_line(&json!({"type": "connected", "user": Player::of(&identity)}))
+                    encode(&json!({"type": "connected", "user": Player::of(&identity)}))
                 }
-                Err(e) => resolve_error_line(connection, "connect", &e),
+                Err(e) => resolve_refusal(connection, "connect", &e),
             }
         }
-        Request::SearchRoom => to_line(&json!({"type": "rooms", "rooms": shared.room_infos})),
-        Request::Join(JoinMessage { args, access_token }) => {
-            let Some(room) = shared.rooms.iter().find(|r| r.id == args.room_id) else {
-                return error_line(
-                    ROOM_NOT_FOUND,
-                    "this server has no room with that roomId; search rooms again",
-                    false,
-                );
-            };
-            if !room.accepts(&args.auth_url) {
-                tracing::info!(connection, room = %room.id, "join refused: authUrl is not the room's own");
-                return error_line(
-                    ErrorCode::AuthUrlNotAllowed.as_str(),
-                    "the join's authUrl is not the room's own; send the authUrl that SearchRoom gave for this room",
-                    false,
-                );
-            }
-            let req = JoinRequest {
-                room_id: room.id.clone(),
-                auth_url: room.auth_url.clone(),
-                access_token,
-            };
-            match shared.resolver.resolve_join(&req).await {
-                Ok(identity) => {
-                    tracing::info!(connection, room = %room.id, user_id = identity.user().map(|u| u.id), "joined");
-                    let user = Player::of(&identity);
-                    shared.enter(connection, &room.id, identity);
-                    to_line(&json!({"type": "joined", "room_id": room.id, "user": user}))
-                }
-                Err(e) => resolve_error_line(connection, "join", &e),
-            }
+        Request::SearchRoom => encode(&json!({"type": "rooms", "rooms": shared.room_infos})),
+        Request::Join(join) => self::join(shared, connection, join).await,
+    }
+}
+
+/// A join: the room by its id, its own authUrl, then the resolution; the player enters it.
+async fn join(shared: &Shared, connection: u64, join: JoinMessage) -> Vec<u8> {
+    let JoinMessage { args, access_token } = join;
+    let Some(room) = shared.rooms.iter().find(|r| r.id == args.room_id) else {
+        tracing::info!(
+            connection,
+            request = "join",
+            outcome = ROOM_NOT_FOUND,
+            "join refused"
+        );
+        return refusal(
+            ROOM_NOT_FOUND,
+            "this server has no room with that roomId; search rooms again",
+            false,
+        );
+    };
+    if !room.accepts(&args.auth_url) {
+        let outcome = ErrorCode::AuthUrlNotAllowed.as_str();
+        tracing::info!(connection, request = "join", room = %room.id, outcome, "join refused: authUrl is not the room's own");
+        return refusal(
+            outcome,
+            "the join's authUrl is not the room's own; send the authUrl that SearchRoom gave for this room",
+            false,
+        );
+    }
+    let req = JoinRequest {
+        room_id: room.id.clone(),
+        auth_url: room.auth_url.clone(),
+        access_token,
+    };
+    match shared.resolver.resolve_join(&req).await {
+        Ok(identity) => {
+            let user_id = identity.user().map(|u| u.id);
+            tracing::info!(connection, request = "join", room = %room.id, outcome = "ok", user_id, "joined");
+            let user = Player::of(&identity);
+            shared.enter(connection, &room.id, identity);
+            encode(&json!({"type": "joined", "room_id": room.id, "user": user}))
         }
+        Err(e) => resolve_refusal(connection, "join", &e),
     }
 }
 
@@ -158,9 +227,11 @@ pub(super) fn normalised(auth_url: &str) -> Option<String> {
         .map(|endpoint| endpoint.as_str().to_owned())
 }
 
-fn resolve_error_line(connection: u64, what: &str, e: &ResolveError) -> Vec<u8> {
-    tracing::info!(connection, code = e.code().as_str(), "{what} refused");
-    error_line(e.code().as_str(), &e.to_string(), e.is_retryable())
+/// The refusal of a request whose resolution failed, logged with its outcome.
+fn resolve_refusal(connection: u64, request: &'static str, e: &ResolveError) -> Vec<u8> {
+    let outcome = e.code().as_str();
+    tracing::info!(connection, request, outcome, "{request} refused");
+    refusal(outcome, &e.to_string(), e.is_retryable())
 }
 
 #[cfg(test)]

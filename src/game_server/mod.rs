@@ -53,25 +53,27 @@
 //! - `connection`: the TCP transport: accept loop, connection cap, one task per connection;
 //! - `game_client`: [`GameClient`], the client's end of the protocol.
 
+mod admin;
 mod config;
-mod connection;
 mod game_client;
 mod handler;
+mod http;
 mod protocol;
+mod session;
+mod tcp;
+pub mod telemetry;
 
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 use tokio::net::TcpListener;
 
+pub use self::admin::{AdminConfig, RunningAdmin};
 use self::config::validate_rooms;
 pub use self::config::{GameServerConfig, GameServerError, RoomConfig};
-use self::connection::{accept_loop, SHUTDOWN_GRACE};
 pub use self::game_client::{GameClient, GameClientError, Joined};
 use self::handler::{normalised, Room, Shared};
 pub use self::protocol::{
@@ -79,6 +81,11 @@ pub use self::protocol::{
 };
 use crate::player::{RoomInfo, AUTH_URL_PROPERTY};
 use crate::server_task::ServerTask;
+
+/// How long [`RunningGameServer::shutdown`] lets sessions finish before they are cut.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How long cut sessions get to notice.
+const CUT_GRACE: Duration = Duration::from_secs(1);
 #[cfg(doc)]
 use crate::{Endpoint, ErrorCode};
 use crate::{Identity, Resolver};
@@ -155,21 +162,18 @@ impl GameServer {
                 }),
             })
             .collect();
-        let shared = Arc::new(Shared {
-            resolver: self.resolver,
-            rooms,
-            room_infos,
-            members: Mutex::new(HashMap::new()),
-            config: self.config,
-            next_connection: AtomicU64::new(1),
-        });
+        // The invalidation channel of a Redis tier starts listening now, not at the first
+        // resolution: readiness waits for it.
+        let _ = self.resolver.shared_cache_subscribed();
+        let shared = Arc::new(Shared::new(self.resolver, rooms, room_infos, self.config));
+        shared.set_accepting(true);
         let accepting = shared.clone();
-        let task = ServerTask::spawn(|stopped| accept_loop(listener, accepting, stopped));
+        let task = ServerTask::spawn(|stopped| tcp::accept_loop(listener, accepting, stopped));
         tracing::info!(%local_addr, "game server listening");
         Ok(RunningGameServer {
             local_addr,
             shared,
-            task,
+            task: Some(task),
         })
     }
 }
@@ -185,16 +189,16 @@ pub struct Member {
 
 /// A [`GameServer`] serving in a tokio task, from [`GameServer::spawn`].
 ///
-/// Dropping it aborts the server and its connections; [`shutdown`](Self::shutdown) stops it
-/// gracefully.
+/// Dropping it closes the listener and every session at once; [`drain`](Self::drain) and
+/// [`shutdown`](Self::shutdown) stop it gracefully.
 #[derive(Debug)]
 pub struct RunningGameServer {
     /// The bound address (the real port when 0 was asked for).
     local_addr: SocketAddr,
     /// The resolver, rooms and members, to read them.
     shared: Arc<Shared>,
-    /// The accept loop, which owns the connection tasks; its stop signal reaches them too.
-    task: ServerTask,
+    /// The TCP accept loop; the sessions run on `shared`'s task tracker. `None` once drained.
+    task: Option<ServerTask>,
 }
 
 impl RunningGameServer {
@@ -230,11 +234,50 @@ impl RunningGameServer {
         list
     }
 
-    /// Stops accepting, tells every connection to close after the message it is handling,
-    /// and waits for them for at most 5 s, after which they are cut.
+    /// Starts an admin listener on `addr` for this server (`/metrics`, `/healthz`, `/readyz`);
+    /// it serves until its [`RunningAdmin`] is shut down or dropped, draining included.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error of binding `addr`.
+    pub async fn spawn_admin(
+        &self,
+        addr: SocketAddr,
+        config: AdminConfig,
+    ) -> io::Result<RunningAdmin> {
+        admin::spawn(addr, self.shared.clone(), config).await
+    }
+
+    /// Drains: from now on `/readyz` answers 503 and no connection is accepted; every session
+    /// is told `{"type":"shutdown","retry_after_ms":N}` as soon as it is not handling a
+    /// message, and closes. Sessions still open after `grace` are cut.
+    pub async fn drain(mut self, grace: Duration) {
+        tracing::info!(grace_ms = grace.as_millis() as u64, "draining");
+        metrics::gauge!(telemetry::DRAINING).set(1.0);
+        let shared = self.shared.clone();
+        shared.draining.cancel();
+        if let Some(task) = self.task.take() {
+            task.shutdown(Duration::from_secs(1)).await;
+        }
+        shared.sessions.close();
+        if tokio::time::timeout(grace, shared.sessions.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("sessions still open after the drain: cutting them");
+            shared.cut.cancel();
+            let _ = tokio::time::timeout(CUT_GRACE, shared.sessions.wait()).await;
+        }
+    }
+
+    /// Drains with a grace of 5 s; see [`drain`](Self::drain).
     pub async fn shutdown(self) {
-        self.task
-            .shutdown(SHUTDOWN_GRACE + Duration::from_secs(1))
-            .await;
+        self.drain(SHUTDOWN_GRACE).await;
+    }
+}
+
+impl Drop for RunningGameServer {
+    fn drop(&mut self) {
+        self.shared.cut.cancel();
     }
 }

@@ -1,16 +1,20 @@
-//! The wire protocol, whatever carries it: the requests a client sends, the answers the
-//! server writes, the game server's own error codes, and reading one bounded line.
+//! The wire protocol, whatever carries it: the requests a client sends, the messages the
+//! server writes (answers, refusals, the server's own notices), the game server's own error
+//! codes, and reading one bounded line (the TCP framing).
 //!
-//! No `Debug` on what holds a token; error answers never echo a value the client sent.
+//! A message is one JSON object; the transport frames it (a line over TCP). No `Debug` on what
+//! holds a token; refusals never echo a value the client sent.
 
 use std::io;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
+use super::telemetry;
 use crate::player::RoomJoinArgs;
-use crate::Identity;
+use crate::{ErrorCode, Identity};
 
 /// Error code: the join names a room this server does not have. Not retryable.
 pub const ROOM_NOT_FOUND: &str = "room_not_found";
@@ -23,6 +27,20 @@ pub const LINE_TOO_LONG: &str = "line_too_long";
 pub const IDLE_TIMEOUT: &str = "idle_timeout";
 /// Error code: `max_connections` are open; this one is closed at once. Retryable.
 pub const SERVER_BUSY: &str = "server_busy";
+
+/// The error codes this server may send: its own, then the resolver's.
+pub(super) fn known_code(code: &str) -> Option<&'static str> {
+    [
+        ROOM_NOT_FOUND,
+        BAD_REQUEST,
+        LINE_TOO_LONG,
+        IDLE_TIMEOUT,
+        SERVER_BUSY,
+    ]
+    .into_iter()
+    .chain(ErrorCode::ALL.iter().map(|c| c.as_str()))
+    .find(|known| *known == code)
+}
 
 /// Longest message quoted back in a `bad_request` answer.
 const MAX_ECHOED_ERROR_CHARS: usize = 200;
@@ -37,6 +55,17 @@ pub(super) enum Request {
     },
     SearchRoom,
     Join(JoinMessage),
+}
+
+impl Request {
+    /// The request's `type`, as the messages metric labels it.
+    pub(super) fn kind(&self) -> &'static str {
+        match self {
+            Request::Connect { .. } => "connect",
+            Request::SearchRoom => "search_room",
+            Request::Join(_) => "join",
+        }
+    }
 }
 
 /// A join request: the `RoomJoinArgs` fields plus the token.
@@ -66,14 +95,23 @@ impl Player {
     }
 }
 
-pub(super) fn error_line(code: &str, message: &str, retryable: bool) -> Vec<u8> {
-    to_line(&json!({"type": "error", "error": code, "message": message, "retryable": retryable}))
+/// `{"type":"error", ...}`: a request refused, or the reason the server closes; counted in
+/// `game_server_errors_total` under its code.
+pub(super) fn refusal(code: &str, message: &str, retryable: bool) -> Vec<u8> {
+    telemetry::count_error(code);
+    encode(&json!({"type": "error", "error": code, "message": message, "retryable": retryable}))
 }
 
-pub(super) fn to_line(value: &Value) -> Vec<u8> {
-    let mut line = serde_json::to_vec(value).unwrap_or_default();
-    line.push(b'\n');
-    line
+/// `{"type":"shutdown","retry_after_ms":N}`: the server is draining; reconnect after `N` ms,
+/// to this node or, behind a load balancer, another.
+pub(super) fn shutdown(retry_after: Duration) -> Vec<u8> {
+    let retry_after_ms = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
+    encode(&json!({"type": "shutdown", "retry_after_ms": retry_after_ms}))
+}
+
+/// One message as the transports carry it (no framing).
+pub(super) fn encode(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
 }
 
 /// A parse error with every `"…"` value blanked, cut to a readable length: the client's

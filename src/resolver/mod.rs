@@ -373,6 +373,11 @@ impl Resolver {
         Ok(cached)
     }
 
+    /// Whether this resolver has a shared tier (feature `redis`, [`ResolverBuilder::shared_cache`]).
+    pub fn has_shared_cache(&self) -> bool {
+        self.inner.cache.has_shared()
+    }
+
     /// Whether this resolver listens to the other nodes' invalidations on the shared tier now
     /// (always `false` without one). The listener starts with the first resolution; wait for
     /// this before relying on another node's invalidation reaching this one.
