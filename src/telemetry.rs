@@ -42,6 +42,45 @@ pub const STALE_SERVED_TOTAL: &str = "token_resolver_stale_served_total";
 /// resolution went on without Redis.
 pub const SHARED_CACHE_ERRORS_TOTAL: &str = "token_resolver_shared_cache_errors_total";
 
+/// Gauge: resolutions waiting now for another resolution's upstream call of the same token
+/// (coalesced waiters).
+pub const COALESCED_WAITERS: &str = "token_resolver_coalesced_waiters";
+
+/// Counter, labels `origin` and `state` (`open`, `closed`): circuit-breaker transitions.
+pub const CIRCUIT_TRANSITIONS_TOTAL: &str = "token_resolver_circuit_transitions_total";
+
+/// Counter: local misses the shared cache (Redis) answered.
+pub const SHARED_CACHE_HITS_TOTAL: &str = "token_resolver_shared_cache_hits_total";
+
+/// Counter: local misses the shared cache (Redis) had no answer for.
+pub const SHARED_CACHE_MISSES_TOTAL: &str = "token_resolver_shared_cache_misses_total";
+
+/// Counter, labels `scope` (`token`, `user`, `all`) and `source` (`local`: made on this node;
+/// `remote`: another node's, through the shared cache's channel, or the emptying of the cache
+/// when that channel is subscribed again): invalidations applied to this node's cache.
+pub const INVALIDATIONS_TOTAL: &str = "token_resolver_invalidations_total";
+
+/// What an invalidation drops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// One token's answer.
+    Token,
+    /// Every answer of one user.
+    User,
+    /// Everything.
+    All,
+}
+
+/// Counts one invalidation under its scope and source (`local` or `remote`).
+pub(crate) fn count_invalidation(scope: Scope, source: &'static str) {
+    let scope = match scope {
+        Scope::Token => "token",
+        Scope::User => "user",
+        Scope::All => "all",
+    };
+    metrics::counter!(INVALIDATIONS_TOTAL, "scope" => scope, "source" => source).increment(1);
+}
+
 /// Every `outcome` of [`RESOLUTIONS_TOTAL`]: how an answer came, then each error code.
 const OUTCOMES: [&str; 4 + ErrorCode::ALL.len()] = {
     let mut outcomes = [""; 4 + ErrorCode::ALL.len()];

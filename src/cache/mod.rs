@@ -30,7 +30,7 @@ use redis::SharedCache;
 
 use crate::auth_url::Endpoint;
 use crate::error::ConfigError;
-use crate::telemetry;
+use crate::telemetry::{self, Scope};
 use crate::user::User;
 
 /// What the local tier holds for a key.
@@ -151,6 +151,7 @@ impl Tiers {
 
     /// Drops one token's answer at `endpoint` in every tier and on every node.
     pub(crate) fn invalidate_token(&self, endpoint: &str, token: &str) {
+        telemetry::count_invalidation(Scope::Token, "local");
         self.local.evict_token(endpoint, token);
         if let Some(shared) = &self.shared {
             shared.delete(endpoint, token);
@@ -159,6 +160,7 @@ impl Tiers {
 
     /// Drops every answer of user `user_id` at `endpoint` in every tier and on every node.
     pub(crate) fn invalidate_user(&self, endpoint: &str, user_id: i64) {
+        telemetry::count_invalidation(Scope::User, "local");
         self.local.evict_user(endpoint, user_id);
         if let Some(shared) = &self.shared {
             shared.delete_user(endpoint, user_id);
@@ -167,6 +169,7 @@ impl Tiers {
 
     /// Drops every answer in every tier and on every node.
     pub(crate) fn invalidate_all(&self) {
+        telemetry::count_invalidation(Scope::All, "local");
         self.local.evict_all();
         if let Some(shared) = &self.shared {
             shared.delete_all();

@@ -21,6 +21,9 @@
 //! server's own: [`ROOM_NOT_FOUND`], [`BAD_REQUEST`], [`LINE_TOO_LONG`], [`IDLE_TIMEOUT`]
 //! and [`SERVER_BUSY`]; after the last three the server closes the connection.
 //!
+//! The server also speaks first once: when it drains (see [`RunningGameServer::drain`]) it
+//! sends `{"type":"shutdown","retry_after_ms":N}` and closes; reconnect after `N` ms.
+//!
 //! # Decisions
 //!
 //! - **A join names its room; the room names the auth server.** The server looks the room up
@@ -50,7 +53,13 @@
 //! - `config`: [`RoomConfig`], [`GameServerConfig`] and [`GameServerError`];
 //! - `protocol`: the messages, the error codes and reading one bounded line;
 //! - `handler`: the rooms and members every connection shares, and handling one message;
-//! - `connection`: the TCP transport: accept loop, connection cap, one task per connection;
+//! - `session`: one session's message loop, whatever the transport, and the `Transport`
+//!   trait the transports implement;
+//! - `tcp`: the TCP transport: accept loop, connection cap, lines;
+//! - `admin`: the admin listener ([`RunningGameServer::spawn_admin`]), served through `http`,
+//!   a bounded HTTP listener;
+//! - [`telemetry`]: the `game_server_*` metric names and [`Metrics`](telemetry::Metrics), the
+//!   Prometheus recorder;
 //! - `game_client`: [`GameClient`], the client's end of the protocol.
 
 mod admin;

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::OnceCell;
 
 use crate::cache::{CacheKey, KeyRef, KeyView};
+use crate::telemetry;
 
 /// One upstream call under way, and its result once known.
 type Flight<T> = Arc<OnceCell<T>>;
@@ -44,13 +45,14 @@ impl<T: Clone> Flights<T> {
     where
         Fut: Future<Output = T>,
     {
-        let flight = {
+        let (flight, joined) = {
             let mut map = self.lock();
             match map.get(key as &dyn KeyView) {
-                Some(flight) => flight.clone(),
-                None => map.entry(owned_key()).or_default().clone(),
+                Some(flight) => (flight.clone(), true),
+                None => (map.entry(owned_key()).or_default().clone(), false),
             }
         };
+        let _waiting = joined.then(Waiting::start);
         let seat = Seat {
             flights: self,
             key,
@@ -72,6 +74,23 @@ impl<T: Clone> Flights<T> {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.lock().len()
+    }
+}
+
+/// A caller that joined another's flight, counted in `token_resolver_coalesced_waiters` until
+/// it has its result or goes away.
+struct Waiting;
+
+impl Waiting {
+    fn start() -> Waiting {
+        metrics::gauge!(telemetry::COALESCED_WAITERS).increment(1.0);
+        Waiting
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        metrics::gauge!(telemetry::COALESCED_WAITERS).decrement(1.0);
     }
 }
 

@@ -159,6 +159,9 @@ impl Breakers {
             tracing::warn!(origin = %origin, open = is_open, "auth API circuit breaker changed state");
             metrics::gauge!(telemetry::CIRCUIT_OPEN, "origin" => origin.to_string())
                 .set(if is_open { 1.0 } else { 0.0 });
+            let state = if is_open { "open" } else { "closed" };
+            metrics::counter!(telemetry::CIRCUIT_TRANSITIONS_TOTAL, "origin" => origin.to_string(), "state" => state)
+                .increment(1);
         }
     }
 }

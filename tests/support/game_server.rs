@@ -2,6 +2,7 @@
 //! `token-resolver game-server` binary as a child process.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
 use token_resolver::Resolver;
 
@@ -42,45 +43,130 @@ pub fn room(id: &str, auth_url: Option<&str>) -> token_resolver::game_server::Ro
 /// A `token-resolver game-server` process listening on `127.0.0.1:0`, killed on drop.
 pub struct GameServerProcess {
     child: std::process::Child,
-    /// Where it listens, read from its first line of output.
+    /// Where it listens, read from its banner.
     pub addr: SocketAddr,
+    /// Where its admin listener listens, when `--admin-listen` was given.
+    pub admin: Option<SocketAddr>,
+    /// The banner it printed on stdout.
+    pub banner: String,
     /// Kept open so that the server never writes to a closed pipe.
     _stdout: std::io::BufReader<std::process::ChildStdout>,
+    /// Everything it logged on stderr, gathered by a thread.
+    stderr: Arc<Mutex<Vec<u8>>>,
 }
 
 impl GameServerProcess {
-    /// Starts `token-resolver game-server --listen 127.0.0.1:0` with `args` and `envs`.
+    /// Starts `token-resolver game-server --listen 127.0.0.1:0` with `args` and `envs`, logging
+    /// at `warn`, and waits for its banner.
     pub async fn start(args: &[&str], envs: &[(&str, &str)]) -> GameServerProcess {
-        use std::io::BufRead;
+        let mut all_envs = vec![("RUST_LOG", "warn")];
+        all_envs.extend_from_slice(envs);
+        GameServerProcess::start_raw(&["--listen", "127.0.0.1:0"], args, &all_envs).await
+    }
+
+    /// Starts `token-resolver game-server` with exactly `first` then `args` (no `--listen`)
+    /// and `envs`, and waits for its banner: every line up to the one naming the messages.
+    pub async fn start_raw(
+        first: &[&str],
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> GameServerProcess {
+        use std::io::{BufRead, Read};
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_token-resolver"))
-            .args(["game-server", "--listen", "127.0.0.1:0"])
+            .arg("game-server")
+            .args(first)
             .args(args)
             .envs(envs.iter().copied())
-            .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let mut pipe = child.stderr.take().unwrap();
+        let gathered = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                gathered.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
         let stdout = child.stdout.take().unwrap();
-        let (first, reader) = tokio::task::spawn_blocking(move || {
+        let (banner, reader) = tokio::task::spawn_blocking(move || {
             let mut reader = std::io::BufReader::new(stdout);
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            (line, reader)
+            let mut banner = String::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap() == 0 {
+                    break;
+                }
+                banner.push_str(&line);
+                if line.starts_with("messages:") {
+                    break;
+                }
+            }
+            (banner, reader)
         })
         .await
         .unwrap();
-        let addr = first
-            .split_whitespace()
-            .find_map(|w| w.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {first:?}"));
+        let address_after = |prefix: &str| {
+            banner
+                .lines()
+                .find(|l| l.starts_with(prefix))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .find_map(|w| w.trim_start_matches("http://").parse().ok())
+                })
+        };
+        let addr = address_after("game server listening").unwrap_or_else(|| {
+            panic!(
+                "no address in the banner {banner:?}; stderr: {}",
+                String::from_utf8_lossy(&stderr.lock().unwrap())
+            )
+        });
         GameServerProcess {
             child,
             addr,
+            admin: address_after("admin listener"),
+            banner,
             _stdout: reader,
+            stderr,
+        }
+    }
+
+    /// What it logged on stderr so far.
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+
+    /// Sends it SIGTERM, as an orchestrator does.
+    pub fn terminate(&self) {
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM failed");
+    }
+
+    /// Its exit status, once it exits within `within`; `None` if it is still running then.
+    pub async fn exited_within(
+        &mut self,
+        within: std::time::Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
 }
-
 impl Drop for GameServerProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -1,19 +1,34 @@
 //! The command line: the subcommands, and running one to its exit status. Each subcommand's
 //! arguments and behaviour live in its module under `cmd/`.
 
+use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::cmd;
+use crate::config_file;
 
 /// Resolve game players' access tokens through the integrator's /api/user.
 #[derive(Debug, Parser)]
 #[command(name = "token-resolver", version, about)]
 pub(crate) struct Cli {
+    /// How log lines on stderr are written: text for people, json for a log shipper.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub(crate) command: Command,
+}
+
+/// The format of the log lines on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LogFormat {
+    /// One human-readable line per event, with its span's fields.
+    Text,
+    /// One JSON object per event, with its fields and its spans' fields.
+    Json,
 }
 
 /// The subcommands.
@@ -31,6 +46,45 @@ pub(crate) enum Command {
     Check(cmd::check::CheckArgs),
     /// Measure throughput, latency and memory against the baselines; print one table.
     Load(cmd::load::LoadArgs),
+}
+
+/// The command line of this process, with `game-server --config FILE` merged in; a usage error
+/// (in the flags or in the file) ends the process with exit status 2.
+pub(crate) fn parse() -> Cli {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let matches = Cli::command().get_matches_from(&argv);
+    let config = match matches.subcommand() {
+        Some(("game-server", sub)) => sub.get_one::<PathBuf>("config").cloned().map(|c| (c, sub)),
+        _ => None,
+    };
+    let Some((path, sub)) = config else {
+        return Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    };
+    let mut command = Cli::command();
+    command.build();
+    let game_server = command
+        .find_subcommand("game-server")
+        .expect("game-server is a subcommand");
+    let merged = match config_file::merge(argv, &path, game_server, sub) {
+        Ok(merged) => merged,
+        Err(e) => usage(&e),
+    };
+    let parsed = Cli::command()
+        .try_get_matches_from(&merged.argv)
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    match parsed {
+        Ok(cli) => cli,
+        Err(error) => match merged.explain(error) {
+            Ok(error) => error.exit(),
+            Err(e) => usage(&e),
+        },
+    }
+}
+
+/// Ends the process on a usage error.
+fn usage(error: &config_file::ConfigFileError) -> ! {
+    eprintln!("error: {error}");
+    std::process::exit(2)
 }
 
 /// Runs a parsed command line to its exit status.

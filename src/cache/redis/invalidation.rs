@@ -14,7 +14,7 @@ use sha2::Sha256;
 
 use super::{token_digest, SharedCache, MAX_RESUBSCRIBE_DELAY};
 use crate::cache::{KeyView, Local};
-use crate::telemetry;
+use crate::telemetry::{self, Scope};
 
 /// An invalidation as published on the channel, for every node to apply locally.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -32,12 +32,21 @@ impl Invalidation {
     /// Applies another node's invalidation to this node's local tier.
     fn apply(self, local: &Local, mac: &Hmac<Sha256>) {
         match self {
-            Invalidation::Key { endpoint, digest } => local.evict_where(|key, _| {
-                key.endpoint.as_str() == endpoint
-                    && token_digest(mac, &endpoint, key.token()) == digest
-            }),
-            Invalidation::User { endpoint, user_id } => local.evict_user(&endpoint, user_id),
-            Invalidation::All => local.evict_all(),
+            Invalidation::Key { endpoint, digest } => {
+                telemetry::count_invalidation(Scope::Token, "remote");
+                local.evict_where(|key, _| {
+                    key.endpoint.as_str() == endpoint
+                        && token_digest(mac, &endpoint, key.token()) == digest
+                });
+            }
+            Invalidation::User { endpoint, user_id } => {
+                telemetry::count_invalidation(Scope::User, "remote");
+                local.evict_user(&endpoint, user_id);
+            }
+            Invalidation::All => {
+                telemetry::count_invalidation(Scope::All, "remote");
+                local.evict_all();
+            }
         }
     }
 }

@@ -249,7 +249,10 @@ impl SharedCache {
                 redis::pipe().get(&key).pttl(&key).query_async(&mut conn),
             )
             .await?;
-        let value = value?;
+        let Some(value) = value else {
+            metrics::counter!(telemetry::SHARED_CACHE_MISSES_TOTAL).increment(1);
+            return None;
+        };
         let Some(entry) = SharedEntry::decode(&value) else {
             self.failed(
                 "decode",
@@ -259,6 +262,7 @@ impl SharedCache {
         };
         let left = Duration::from_millis(u64::try_from(pttl).ok().filter(|&ms| ms > 0)?);
         self.hits.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(telemetry::SHARED_CACHE_HITS_TOTAL).increment(1);
         Some(entry.cached(left))
     }
 

@@ -12,9 +12,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use serde_json::Map;
+use token_resolver::game_server::telemetry::Metrics;
 use token_resolver::game_server::{
-    GameClient, GameClientError, GameServer, GameServerConfig, Player, RoomConfig,
-    RunningGameServer,
+    AdminConfig, GameClient, GameClientError, GameServer, GameServerConfig, Player, RoomConfig,
+    RunningAdmin, RunningGameServer,
 };
 use token_resolver::player::{IntegratorClient, RoomInfo, RoomJoinArgs};
 use token_resolver::reference_api::{ApiConfig, ReferenceApi, RunningApi};
@@ -46,6 +47,8 @@ struct Parties {
     base: String,
     /// The game server, embedding a resolver.
     game: RunningGameServer,
+    /// The game server's admin listener, for its `/metrics`.
+    admin: RunningAdmin,
     /// The arena's authUrl: the same API, spelt with a trailing slash.
     arena_auth_url: String,
 }
@@ -91,8 +94,10 @@ async fn narrate(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
         "\n[game server] resolver stats: {} hits, {} misses, {} negative hits, {} upstream calls, {} entries",
         s.hits, s.misses, s.negative_hits, s.upstream_calls, s.entries
     )?;
+    show_metrics(out, &parties.admin).await?;
     drop(player);
     parties.game.shutdown().await;
+    parties.admin.shutdown().await;
     parties.api.shutdown().await;
     writeln!(out, "demo finished: every step turned out as expected")?;
     Ok(())
@@ -109,6 +114,8 @@ async fn start(out: &mut (dyn Write + Send)) -> Result<Parties, DemoError> {
         out,
         "              demo users: alice/wonderland, bob/builder, carol/carolina"
     )?;
+    // Installed before the resolver's first resolution, which registers its counters.
+    let metrics = Metrics::install()?;
     let resolver = Resolver::builder().default_auth_url(&base).build()?;
     let arena_auth_url = format!("{base}/");
     let config = GameServerConfig {
@@ -125,12 +132,25 @@ async fn start(out: &mut (dyn Write + Send)) -> Result<Parties, DemoError> {
     )?;
     writeln!(
         out,
-        "              rooms: lobby (no authUrl: the default), arena (authUrl {arena_auth_url})\n"
+        "              rooms: lobby (no authUrl: the default), arena (authUrl {arena_auth_url})"
+    )?;
+    let admin_config = AdminConfig {
+        metrics: Some(metrics),
+        ..AdminConfig::default()
+    };
+    let admin = game
+        .spawn_admin(([127, 0, 0, 1], 0).into(), admin_config)
+        .await?;
+    writeln!(
+        out,
+        "              admin listener http://{} (/metrics, /healthz, /readyz)\n",
+        admin.local_addr()
     )?;
     Ok(Parties {
         api,
         base,
         game,
+        admin,
         arena_auth_url,
     })
 }
@@ -328,6 +348,57 @@ async fn revoke(
         "[client] connect with the revoked token",
         &format!("{code} (the web API said 401)"),
     )?;
+    Ok(())
+}
+
+/// What an operator scraping the game server sees of this run: a few lines of its `/metrics`,
+/// and the hit ratio they give.
+async fn show_metrics(out: &mut (dyn Write + Send), admin: &RunningAdmin) -> Result<(), DemoError> {
+    let url = format!("http://{}/metrics", admin.local_addr());
+    let text = reqwest::Client::builder()
+        .no_proxy()
+        .build()?
+        .get(&url)
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    writeln!(
+        out,
+        "[operator] GET {url} (its non-zero counters of resolutions, calls and messages)"
+    )?;
+    let shown = [
+        "token_resolver_resolutions_total{",
+        "token_resolver_upstream_requests_total{",
+        "game_server_messages_total{",
+        "game_server_sessions_open{",
+    ];
+    let mut outcomes = (0.0, 0.0);
+    for line in text.lines() {
+        if shown.iter().any(|prefix| line.starts_with(prefix)) && !line.ends_with(" 0") {
+            writeln!(out, "           {line}")?;
+        }
+        let value = |label: &str| {
+            line.strip_prefix(&format!(
+                "token_resolver_resolutions_total{{outcome=\"{label}\"}} "
+            ))
+            .and_then(|v| v.parse::<f64>().ok())
+        };
+        if let Some(hits) = value("hit") {
+            outcomes.0 += hits;
+        } else if let Some(misses) = value("miss").or_else(|| value("coalesced")) {
+            outcomes.1 += misses;
+        }
+    }
+    let (hits, misses) = outcomes;
+    if hits + misses > 0.0 {
+        writeln!(
+            out,
+            "           hit ratio: {hits} / ({hits} + {misses}) = {:.2}",
+            hits / (hits + misses)
+        )?;
+    }
     Ok(())
 }
 

@@ -1,5 +1,6 @@
-//! `token-resolver game-server`: a game server embedding the resolver, built from flags, with
-//! a banner on stdout, until Ctrl-C.
+//! `token-resolver game-server`: a game server embedding the resolver, built from flags (and
+//! `--config FILE`), with an optional admin listener, a banner on stdout, until SIGTERM or
+//! Ctrl-C, which drain it.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -8,15 +9,29 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use token_resolver::game_server::{GameServer, GameServerConfig, RoomConfig, RunningGameServer};
+use token_resolver::game_server::telemetry::Metrics;
+use token_resolver::game_server::{
+    AdminConfig, GameServer, GameServerConfig, RoomConfig, RunningAdmin, RunningGameServer,
+};
 use token_resolver::{RedisTier, Resolver};
 
 /// `game-server` arguments.
 #[derive(Debug, Args)]
 pub(crate) struct GameServerArgs {
+    /// A TOML file of settings: its keys are these flags' long names (`auth-url = "…"`,
+    /// `allow-auth-url = ["…"]`); a flag given here wins over the file.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:7350")]
     pub(crate) listen: SocketAddr,
+    /// Address of the admin listener (/metrics, /healthz, /readyz); off unless given. Keep it
+    /// on loopback or a private network.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) admin_listen: Option<SocketAddr>,
+    /// Seconds a draining server (SIGTERM, Ctrl-C) lets sessions finish before it cuts them.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub(crate) drain_secs: u64,
     /// The default authUrl ("user resource acquisition API URL"): for connects and rooms
     /// without one. Required while auth is required.
     #[arg(long, value_name = "URL")]
@@ -57,8 +72,18 @@ pub(crate) struct GameServerArgs {
     pub(crate) redis_prefix: String,
 }
 
-/// Serves until Ctrl-C; exit 2 on a usage error, 1 when the port cannot be bound.
+/// Serves until SIGTERM or Ctrl-C, then drains and exits 0; exit 2 on a usage error, 1 when a
+/// port cannot be bound.
 pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
+    // Before anything records a metric: the resolver registers its counters with the recorder
+    // installed at its first resolution.
+    let metrics = match Metrics::install() {
+        Ok(metrics) => metrics,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let server = match server(&args) {
         Ok(server) => server,
         Err(message) => {
@@ -73,14 +98,49 @@ pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let admin = match args.admin_listen {
+        None => None,
+        Some(addr) => {
+            let config = AdminConfig {
+                metrics: Some(metrics),
+                ..AdminConfig::default()
+            };
+            match running.spawn_admin(addr, config).await {
+                Ok(admin) => Some(admin),
+                Err(e) => {
+                    eprintln!("error: cannot listen on {addr} (--admin-listen): {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
     // Written with errors ignored: a closed stdout must not stop the server.
     let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(banner(&args, &running).as_bytes());
+    let _ = stdout.write_all(banner(&args, &running, admin.as_ref()).as_bytes());
     let _ = stdout.flush();
     drop(stdout);
-    let _ = tokio::signal::ctrl_c().await;
-    running.shutdown().await;
+    stop_signal().await;
+    running.drain(Duration::from_secs(args.drain_secs)).await;
+    if let Some(admin) = admin {
+        admin.shutdown().await;
+    }
     ExitCode::SUCCESS
+}
+
+/// SIGTERM (what an orchestrator sends) or Ctrl-C.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// The game server the flags describe; a usage error names the flag at fault.
@@ -144,12 +204,22 @@ fn redis_tier(args: &GameServerArgs) -> Result<Option<RedisTier>, String> {
     ))
 }
 
-/// What the server prints once it listens: the address, the auth setting and the rooms.
-fn banner(args: &GameServerArgs, running: &RunningGameServer) -> String {
+/// What the server prints once it listens: the addresses, the auth setting and the rooms.
+fn banner(
+    args: &GameServerArgs,
+    running: &RunningGameServer,
+    admin: Option<&RunningAdmin>,
+) -> String {
     let mut banner = format!(
         "game server listening on {} (JSON lines over TCP)\n",
         running.local_addr()
     );
+    if let Some(admin) = admin {
+        banner.push_str(&format!(
+            "admin listener on http://{} (/metrics, /healthz, /readyz)\n",
+            admin.local_addr()
+        ));
+    }
     match (&args.auth_url, args.auth_required) {
         (_, false) => banner.push_str("auth: off (joins are anonymous)\n"),
         (Some(url), true) => banner.push_str(&format!("auth: required, default authUrl {url}\n")),
@@ -164,6 +234,6 @@ fn banner(args: &GameServerArgs, running: &RunningGameServer) -> String {
         };
         banner.push_str(&format!("room {:<12} authUrl {shown}\n", room.room_id));
     }
-    banner.push_str("messages: connect, search_room, join; Ctrl-C stops\n");
+    banner.push_str("messages: connect, search_room, join; SIGTERM or Ctrl-C drains and stops\n");
     banner
 }
