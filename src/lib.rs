@@ -110,7 +110,7 @@ pub mod reference_api;
 pub use auth_url::{AuthUrlError, Endpoint, MAX_AUTH_URL_BYTES};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use cache::RedisTier;
+pub use cache::{RedisTier, RedisTierError};
 pub use error::{ConfigError, ErrorCode, ResolveError};
 pub use resolver::{ConnectRequest, Identity, JoinRequest, Resolver, ResolverBuilder, Stats};
 pub use token::{check_syntax, AccessToken, MAX_TOKEN_BYTES};

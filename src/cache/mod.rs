@@ -7,7 +7,8 @@
 //! resolver decides what to cache and for how long; it never needs to know which tiers exist.
 //!
 //! - [`local`]: keys, entries and per-entry expiry on top of moka.
-//! - `redis` (feature `redis`): the shared tier, its keys, and the invalidation channel.
+//! - `redis` (feature `redis`): the shared tier, its connection forms (one server, Sentinel,
+//!   Cluster), its keys, and the invalidation channel.
 
 pub(crate) mod local;
 #[cfg(feature = "redis")]
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 pub(crate) use local::{CacheKey, Cached, KeyRef, KeyView};
 #[cfg(feature = "redis")]
-pub use redis::RedisTier;
+pub use redis::{RedisTier, RedisTierError};
 
 use crate::auth_url::Endpoint;
 use crate::error::ConfigError;
