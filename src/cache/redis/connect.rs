@@ -155,9 +155,9 @@ impl Backend {
     }
 
     /// Forgets the connection after `error` (or a timeout, `None`) showed it may be gone, so the
-    /// next operation asks the sentinels where the master is now. The other forms reconnect by
-    /// themselves.
-    pub(super) fn lost(&self, error: Option<&RedisError>) {
+    /// next operation asks the sentinels where the master is now; says whether it did. The
+    /// other forms reconnect by themselves.
+    pub(super) fn lost(&self, error: Option<&RedisError>) -> bool {
         if let Form::Sentinel { live, .. } = &self.form {
             let broken = error.is_none_or(|e| {
                 e.is_io_error()
@@ -169,7 +169,9 @@ impl Backend {
             if broken {
                 live.forget();
             }
+            return broken;
         }
+        false
     }
 
     /// One `PING` through a connection made for it.

@@ -77,6 +77,8 @@ impl SharedCache {
         runtime.spawn(async move {
             let scanning = backend.clone();
             let _ = super::attempt(&backend, &health, timeout, "invalidate_all", |mut conn| {
+                let (scanning, pattern) = (scanning.clone(), pattern.clone());
+                let (channel, payload) = (channel.clone(), payload.clone());
                 async move {
                     scanning.delete_matching(&pattern).await?;
                     redis::cmd("PUBLISH")

@@ -155,7 +155,7 @@ impl SharedCache {
 
     /// Runs one Redis operation on the resolve path under the deadline; `None` when Redis is
     /// resting after an error, or fails now (then it rests).
-    async fn run<T, Fut>(&self, op: &'static str, work: impl FnOnce(Conn) -> Fut) -> Option<T>
+    async fn run<T, Fut>(&self, op: &'static str, work: impl Fn(Conn) -> Fut) -> Option<T>
     where
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
@@ -172,8 +172,9 @@ impl SharedCache {
     pub(crate) async fn get(&self, endpoint: &str, token: &str) -> Option<Cached> {
         let key = self.key(&self.digest(endpoint, token));
         let (value, pttl): (Option<Vec<u8>>, i64) = self
-            .run("get", |mut conn| async move {
-                redis::pipe().get(&key).pttl(&key).query_async(&mut conn).await
+            .run("get", |mut conn| {
+                let key = key.clone();
+                async move { redis::pipe().get(&key).pttl(&key).query_async(&mut conn).await }
             })
             .await?;
         let value = value?;
@@ -267,20 +268,28 @@ impl SharedCache {
 const INSIST_FOR: Duration = Duration::from_secs(10);
 
 /// One operation: a connection, then `work` on it, all within `timeout`; a failure is
-/// counted, logged and rested on, and tells the backend its connection may be gone.
+/// counted, logged and rested on, and tells the backend its connection may be gone. When the
+/// backend's connection turned out to be stale (a Sentinel master that died), `work` runs once
+/// more on a fresh one within the same deadline.
 async fn attempt<T, Fut>(
     backend: &Backend,
     health: &Health,
     timeout: Duration,
     op: &'static str,
-    work: impl FnOnce(Conn) -> Fut,
+    work: impl Fn(Conn) -> Fut,
 ) -> Result<T, ()>
 where
     Fut: std::future::Future<Output = redis::RedisResult<T>>,
 {
     let outcome = tokio::time::timeout(timeout, async {
         let conn = backend.connection().await.map_err(|e| ("connect", e))?;
-        work(conn).await.map_err(|e| (op, e))
+        match work(conn).await {
+            Err(e) if backend.lost(Some(&e)) => {
+                let conn = backend.connection().await.map_err(|e| ("connect", e))?;
+                work(conn).await.map_err(|e| (op, e))
+            }
+            done => done.map_err(|e| (op, e)),
+        }
     })
     .await;
     match outcome {

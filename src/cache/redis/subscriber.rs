@@ -94,6 +94,8 @@ impl SharedCache {
                     }
                 }
                 subscribed.store(false, Ordering::Release);
+                // The server went: behind Sentinel the master may be another one now.
+                backend.lost(None);
                 metrics::counter!(telemetry::SHARED_CACHE_ERRORS_TOTAL, "op" => "subscribe")
                     .increment(1);
                 tracing::warn!("lost the shared cache invalidation channel; re-subscribing");
