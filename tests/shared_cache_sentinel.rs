@@ -52,7 +52,10 @@ async fn a_failover_fails_no_resolution_and_invalidations_follow_the_new_master(
     let url = api.url();
     let (a, b) = (node(&url, &group), node(&url, &group));
     a.resolve(&url, "before").await.unwrap();
-    eventually("A's answer reaches the master", 5, || group.master.key_count() >= 2).await;
+    eventually("A's answer reaches the master", 5, || {
+        group.master.key_count() >= 2
+    })
+    .await;
     b.resolve(&url, "before").await.unwrap();
     assert_eq!(api.requests(), 1, "B answered from Redis");
     eventually("B listens", 5, || b.shared_cache_subscribed()).await;
@@ -87,7 +90,10 @@ async fn a_failover_fails_no_resolution_and_invalidations_follow_the_new_master(
     .await;
     let calls = api.requests();
     // A's tier may be resting after the failover's errors: retry until it writes again.
-    let (deadline, keys) = (Instant::now() + Duration::from_secs(10), group.replica.key_count());
+    let (deadline, keys) = (
+        Instant::now() + Duration::from_secs(10),
+        group.replica.key_count(),
+    );
     while group.replica.key_count() <= keys {
         assert!(Instant::now() < deadline, "A never wrote to the new master");
         a.invalidate(&url, "after");
@@ -102,9 +108,11 @@ async fn a_failover_fails_no_resolution_and_invalidations_follow_the_new_master(
     assert_eq!(b.stats().entries, 1);
 
     a.invalidate(&url, "after");
-    eventually("A's invalidation reaches B through the new master", 5, || {
-        b.stats().entries == 0
-    })
+    eventually(
+        "A's invalidation reaches B through the new master",
+        5,
+        || b.stats().entries == 0,
+    )
     .await;
 }
 
@@ -128,7 +136,10 @@ async fn a_master_name_no_sentinel_knows_is_reported_and_costs_no_resolution() {
         .build()
         .unwrap();
     for i in 0..5 {
-        resolver.resolve(&api.url(), &format!("t{i}")).await.unwrap();
+        resolver
+            .resolve(&api.url(), &format!("t{i}"))
+            .await
+            .unwrap();
     }
     assert!(resolver.stats().shared_errors >= 1);
     assert_eq!(group.master.key_count(), 0);

@@ -105,7 +105,11 @@ async fn an_untrusted_certificate_is_refused_and_resolutions_go_on_through_the_a
         a.resolve(&api.url(), &format!("t{i}")).await.unwrap();
     }
     assert!(a.stats().shared_errors >= 1);
-    assert_eq!(tls.server.key_count(), 0, "nothing crossed an untrusted TLS");
+    assert_eq!(
+        tls.server.key_count(),
+        0,
+        "nothing crossed an untrusted TLS"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,16 +162,29 @@ async fn a_wrong_password_is_reported_counted_and_never_logged() {
     }
     a.invalidate_all();
     assert!(a.stats().shared_errors >= 1);
-    eventually("the error is logged", || logs.text().contains("shared cache")).await;
+    eventually("the error is logged", || {
+        logs.text().contains("shared cache")
+    })
+    .await;
 
     let metrics = snapshotter.snapshot().into_vec();
     let ops: Vec<String> = metrics
         .iter()
         .filter(|(k, ..)| k.key().name() == token_resolver::telemetry::SHARED_CACHE_ERRORS_TOTAL)
-        .flat_map(|(k, ..)| k.key().labels().map(|l| l.value().to_owned()).collect::<Vec<_>>())
+        .flat_map(|(k, ..)| {
+            k.key()
+                .labels()
+                .map(|l| l.value().to_owned())
+                .collect::<Vec<_>>()
+        })
         .collect();
     assert!(ops.iter().any(|op| op == "get"), "{ops:?}");
-    for shown in [logs.text(), format!("{err} {err:?}"), format!("{a:?}"), format!("{ops:?}")] {
+    for shown in [
+        logs.text(),
+        format!("{err} {err:?}"),
+        format!("{a:?}"),
+        format!("{ops:?}"),
+    ] {
         assert!(!shown.contains(wrong), "the password leaked: {shown}");
     }
 }
@@ -188,7 +205,12 @@ fn game_server_exit(args: &[&str], envs: &[(&str, &str)]) -> Option<(i32, String
     while Instant::now() < deadline {
         if let Some(status) = child.try_wait().unwrap() {
             let mut stderr = String::new();
-            child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut stderr)
+                .unwrap();
             return Some((status.code().unwrap_or(-1), stderr));
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -222,7 +244,14 @@ async fn game_server_refuses_an_untrusted_redis_certificate_at_start() {
         ("TOKEN_RESOLVER_REDIS_SECRET", SECRET),
         ("TOKEN_RESOLVER_REDIS_PASSWORD", ODD_PASSWORD),
     ];
-    let args = ["--auth-url", api, "--redis-url", &url, "--redis-ca", &ca_path];
+    let args = [
+        "--auth-url",
+        api,
+        "--redis-url",
+        &url,
+        "--redis-ca",
+        &ca_path,
+    ];
     let server = support::GameServerProcess::start(&args, &envs).await;
     drop(server);
     let wrong = [

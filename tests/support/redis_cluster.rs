@@ -41,6 +41,9 @@ impl RedisCluster {
                     format!("nodes-{i}.conf"),
                     "--cluster-node-timeout".into(),
                     "1000".into(),
+                    // A replica may take over however long ago it last heard its master.
+                    "--cluster-replica-validity-factor".into(),
+                    "0".into(),
                     "--dir".into(),
                     dir.to_string_lossy().into_owned(),
                 ])
@@ -61,18 +64,43 @@ impl RedisCluster {
         Some(cluster)
     }
 
-    /// Waits until every live node says the cluster is ok and knows every slot's master.
+    /// Waits until every live node says the cluster is ok and knows every slot's master, and
+    /// every live replica is in sync with its master.
     pub fn wait_until_ok(&self) {
-        wait_for("the cluster is ok on every node", Duration::from_secs(30), || {
-            self.live().all(|node| {
-                let info = node
-                    .command(&["CLUSTER", "INFO"])
+        let text = |node: &RedisServer, args: &[&str]| {
+            node.command(args)
+                .ok()
+                .and_then(|v| redis::from_redis_value::<String>(v).ok())
+                .unwrap_or_default()
+        };
+        wait_for(
+            "the cluster is ok on every node",
+            Duration::from_secs(30),
+            || {
+                self.live().all(|node| {
+                    let info = text(node, &["CLUSTER", "INFO"]);
+                    let replication = text(node, &["INFO", "replication"]);
+                    info.contains("cluster_state:ok")
+                        && info.contains("cluster_slots_ok:16384")
+                        && (replication.contains("role:master")
+                            || replication.contains("master_link_status:up"))
+                })
+            },
+        );
+    }
+
+    /// Kills master `node` and waits until its replica took over and the cluster is ok again.
+    pub fn kill_and_wait_for_failover(&mut self, node: usize) {
+        self.nodes[node].stop();
+        wait_for("the cluster notices", Duration::from_secs(30), || {
+            self.live().any(|n| {
+                n.command(&["CLUSTER", "NODES"])
                     .ok()
                     .and_then(|v| redis::from_redis_value::<String>(v).ok())
-                    .unwrap_or_default();
-                info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
+                    .is_some_and(|nodes| nodes.contains("fail"))
             })
         });
+        self.wait_until_ok();
     }
 
     fn live(&self) -> impl Iterator<Item = &RedisServer> {

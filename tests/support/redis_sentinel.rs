@@ -69,16 +69,20 @@ impl SentinelGroup {
             sentinels,
             dir,
         };
-        wait_for("the sentinels know the replica and each other", Duration::from_secs(20), || {
-            group.sentinel_ports().iter().all(|&port| {
-                let count = |what: &str| -> usize {
-                    sentinel_query(port, &["SENTINEL", what, MASTER])
-                        .map(|v| v.len())
-                        .unwrap_or(0)
-                };
-                count("REPLICAS") == 1 && count("SENTINELS") == 2
-            })
-        });
+        wait_for(
+            "the sentinels know the replica and each other",
+            Duration::from_secs(20),
+            || {
+                group.sentinel_ports().iter().all(|&port| {
+                    let count = |what: &str| -> usize {
+                        sentinel_query(port, &["SENTINEL", what, MASTER])
+                            .map(|v| v.len())
+                            .unwrap_or(0)
+                    };
+                    count("REPLICAS") == 1 && count("SENTINELS") == 2
+                })
+            },
+        );
         Some(group)
     }
 
@@ -112,13 +116,17 @@ impl SentinelGroup {
     pub fn kill_master_and_wait_for_failover(&mut self) {
         self.master.stop();
         let replica = self.replica.port();
-        wait_for("the sentinels promote the replica", Duration::from_secs(30), || {
-            self.master_port() == Some(replica)
-                && self
-                    .replica
-                    .command(&["SET", "failover-probe", "1"])
-                    .is_ok()
-        });
+        wait_for(
+            "the sentinels promote the replica",
+            Duration::from_secs(30),
+            || {
+                self.master_port() == Some(replica)
+                    && self
+                        .replica
+                        .command(&["SET", "failover-probe", "1"])
+                        .is_ok()
+            },
+        );
     }
 }
 

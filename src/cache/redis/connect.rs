@@ -17,8 +17,8 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo,
-    RedisError, RedisResult, TlsCertificates, TlsMode,
+    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError,
+    RedisResult, TlsCertificates, TlsMode,
 };
 
 use super::conn::Conn;
@@ -64,10 +64,7 @@ impl Backend {
             },
             Target::Sentinel { sentinels, master } => Form::Sentinel {
                 sentinel: Arc::new(tokio::sync::Mutex::new(sentinel_client(
-                    sentinels,
-                    master,
-                    tier,
-                    certs,
+                    sentinels, master, tier, certs,
                 )?)),
                 live: Slot::default(),
             },
@@ -346,7 +343,10 @@ fn node_info(url: &str, tier: &RedisTier) -> Result<ConnectionInfo, ConfigError>
 }
 
 /// A client for one node, trusting the private CA when it speaks TLS.
-fn client_for(info: ConnectionInfo, certs: Option<&TlsCertificates>) -> Result<Client, ConfigError> {
+fn client_for(
+    info: ConnectionInfo,
+    certs: Option<&TlsCertificates>,
+) -> Result<Client, ConfigError> {
     let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
     let client = match certs {
         Some(certs) if tls => Client::build_with_tls(info, certs.clone()),
@@ -388,7 +388,11 @@ fn sentinel_client(
         SentinelServerType::Master,
     )
     .map_err(|e| invalid(format!("Sentinel: {e}")))?;
-    if let Some(auth) = sentinels.iter().map(|(_, auth)| auth).find(|a| a.password().is_some()) {
+    if let Some(auth) = sentinels
+        .iter()
+        .map(|(_, auth)| auth)
+        .find(|a| a.password().is_some())
+    {
         if let Some(user) = auth.username() {
             builder = builder.set_client_to_sentinel_username(user);
         }

@@ -102,6 +102,9 @@ mod tests {
     #[test]
     fn the_separator_keeps_endpoint_and_token_apart() {
         let mac = Hmac::<Sha256>::new_from_slice(b"0123456789abcdef").unwrap();
-        assert_ne!(token_digest(&mac, "ab", b"c"), token_digest(&mac, "a", b"bc"));
+        assert_ne!(
+            token_digest(&mac, "ab", b"c"),
+            token_digest(&mac, "a", b"bc")
+        );
     }
 }

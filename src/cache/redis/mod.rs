@@ -44,11 +44,11 @@ pub use error::RedisTierError;
 pub use tier::RedisTier;
 
 use super::Cached;
+use crate::error::ConfigError;
+use crate::telemetry;
 use conn::Conn;
 use connect::Backend;
 use entry::{hex, token_digest, SharedEntry};
-use crate::error::ConfigError;
-use crate::telemetry;
 
 /// How long the tier stands aside after a Redis error before trying again.
 const BACK_OFF: Duration = Duration::from_secs(1);
@@ -168,13 +168,23 @@ impl SharedCache {
     }
 
     /// The shared answer for (endpoint, token), fresh for what it has left in Redis, if Redis
-    /// has one.
+    /// has one: a `GET` and a `PTTL`, sent together.
     pub(crate) async fn get(&self, endpoint: &str, token: &str) -> Option<Cached> {
         let key = self.key(&self.digest(endpoint, token));
         let (value, pttl): (Option<Vec<u8>>, i64) = self
             .run("get", |mut conn| {
-                let key = key.clone();
-                async move { redis::pipe().get(&key).pttl(&key).query_async(&mut conn).await }
+                let (key, mut other) = (key.clone(), conn.clone());
+                async move {
+                    let (mut get, mut pttl) = (redis::cmd("GET"), redis::cmd("PTTL"));
+                    get.arg(&key);
+                    pttl.arg(&key);
+                    let (value, pttl) = futures_util::future::join(
+                        get.query_async(&mut conn),
+                        pttl.query_async(&mut other),
+                    )
+                    .await;
+                    Ok((value?, pttl?))
+                }
             })
             .await?;
         let value = value?;
@@ -191,8 +201,12 @@ impl SharedCache {
     }
 
     /// Stores an answer for what is left of its freshness, in the background; a user's key
-    /// joins its user index so that `invalidate_user` finds it. The key and the index are in
-    /// different slots on a cluster, so they are written as two commands, not one pipeline.
+    /// joins its user index so that `invalidate_user` finds it.
+    ///
+    /// Every command here, as in [`get`](Self::get), goes on its own but at once: the
+    /// multiplexed connection still writes them back to back, and on a cluster each is routed
+    /// (and redirected during a resharding, where `ASKING` covers one command, not a pipeline)
+    /// by its own key.
     pub(crate) fn put(&self, endpoint: &str, token: &str, cached: &Cached) {
         if self.health.is_resting() {
             return;
@@ -205,29 +219,29 @@ impl SharedCache {
             .arg("PX")
             .arg(ttl.as_millis().max(1) as u64);
         let index = match &entry {
-            SharedEntry::User(user) => {
-                let index = self.user_index(endpoint, user.id);
-                let mut pipe = redis::pipe();
-                pipe.sadd(&index, &key)
-                    .ignore()
-                    .pexpire(&index, self.index_ttl.as_millis().max(1) as i64)
-                    .ignore();
-                Some(pipe)
-            }
+            SharedEntry::User(user) => Some(self.user_index(endpoint, user.id)),
             SharedEntry::Rejected(_) => None,
         };
-        self.spawn("put", false, move |mut conn| {
-            let (set, index) = (set.clone(), index.clone());
+        let index_ttl = self.index_ttl.as_millis().max(1) as u64;
+        self.spawn("put", false, move |conn| {
+            let (set, index, key) = (set.clone(), index.clone(), key.clone());
+            let mut conns = [conn.clone(), conn.clone(), conn];
             async move {
-                let mut other = conn.clone();
+                let [c1, c2, c3] = &mut conns;
                 let indexed = async {
-                    match index {
-                        Some(pipe) => pipe.query_async::<()>(&mut other).await,
-                        None => Ok(()),
-                    }
+                    let Some(index) = index else { return Ok(()) };
+                    let (mut add, mut expire) = (redis::cmd("SADD"), redis::cmd("PEXPIRE"));
+                    add.arg(&index).arg(&key);
+                    expire.arg(&index).arg(index_ttl);
+                    let (added, expired) = futures_util::future::join(
+                        add.query_async::<()>(c2),
+                        expire.query_async::<()>(c3),
+                    )
+                    .await;
+                    added.and(expired)
                 };
                 let (stored, indexed) =
-                    futures_util::future::join(set.query_async::<()>(&mut conn), indexed).await;
+                    futures_util::future::join(set.query_async::<()>(c1), indexed).await;
                 stored.and(indexed)
             }
         });
@@ -237,8 +251,12 @@ impl SharedCache {
     /// rests and tried once; an invalidation (`insist` true) is tried until it succeeds or
     /// [`INSIST_FOR`] passes, since a lost one leaves other nodes serving what was revoked.
     /// Without a runtime it is skipped.
-    fn spawn<Fut>(&self, op: &'static str, insist: bool, work: impl Fn(Conn) -> Fut + Send + Sync + 'static)
-    where
+    fn spawn<Fut>(
+        &self,
+        op: &'static str,
+        insist: bool,
+        work: impl Fn(Conn) -> Fut + Send + Sync + 'static,
+    ) where
         Fut: std::future::Future<Output = redis::RedisResult<()>> + Send,
     {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -253,7 +271,9 @@ impl SharedCache {
         runtime.spawn(async move {
             let deadline = Instant::now() + INSIST_FOR;
             let mut pause = Duration::from_millis(50);
-            while attempt(&backend, &health, timeout, op, &work).await.is_err()
+            while attempt(&backend, &health, timeout, op, &work)
+                .await
+                .is_err()
                 && insist
                 && Instant::now() + pause < deadline
             {
@@ -317,19 +337,26 @@ impl Health {
     }
 
     /// Counts and logs a failure (`detail` never holds a password or a token: Redis's errors
-    /// name addresses and replies) and rests.
+    /// name addresses and replies) and rests. One warning per rest: failures while resting
+    /// (background writes, invalidations insisting) log at debug level.
     fn failed(&self, op: &'static str, detail: &str) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         metrics::counter!(telemetry::SHARED_CACHE_ERRORS_TOTAL, "op" => op).increment(1);
-        tracing::warn!(
-            op,
-            detail,
-            "shared cache (Redis) unavailable; going on without it"
-        );
-        *self
+        let mut resting = self
             .resting_until
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + BACK_OFF);
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if resting.is_some_and(|until| now < until) {
+            tracing::debug!(op, detail, "shared cache (Redis) still unavailable");
+        } else {
+            tracing::warn!(
+                op,
+                detail,
+                "shared cache (Redis) unavailable; going on without it"
+            );
+        }
+        *resting = Some(now + BACK_OFF);
     }
 }
 
@@ -373,7 +400,10 @@ mod tests {
             RedisTier::sentinel(Vec::<String>::new(), "m", secret),
             RedisTier::sentinel(["redis://127.0.0.1:26379"], "", secret),
             RedisTier::cluster(Vec::<String>::new(), secret),
-            RedisTier::cluster(["redis://a:1@127.0.0.1:1", "redis://a:2@127.0.0.1:2"], secret),
+            RedisTier::cluster(
+                ["redis://a:1@127.0.0.1:1", "redis://a:2@127.0.0.1:2"],
+                secret,
+            ),
         ];
         for tier in refused {
             let shown = format!("{tier:?}");
@@ -381,7 +411,11 @@ mod tests {
         }
         let accepted = [
             RedisTier::new("rediss://u:p%40ss@127.0.0.1:6380/1", secret),
-            RedisTier::sentinel(["redis://127.0.0.1:26379", "redis://127.0.0.1:26380"], "m", secret),
+            RedisTier::sentinel(
+                ["redis://127.0.0.1:26379", "redis://127.0.0.1:26380"],
+                "m",
+                secret,
+            ),
             RedisTier::cluster(["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"], secret),
         ];
         for tier in accepted {

@@ -262,7 +262,10 @@ mod tests {
             RedisTier::new("rediss://game:PA55%40word@h:6380", "0123456789abcdef"),
             RedisTier::new("redis://h", "0123456789abcdef").password("PA55@word"),
             RedisTier::sentinel(["redis://:PA55word@s1:26379"], "m", "0123456789abcdef"),
-            RedisTier::cluster(["redis://u:PA55word@n1", "redis://u:PA55word@n2"], "0123456789abcdef"),
+            RedisTier::cluster(
+                ["redis://u:PA55word@n1", "redis://u:PA55word@n2"],
+                "0123456789abcdef",
+            ),
             RedisTier::new("redis://u:PA55word@[::1", "0123456789abcdef"),
         ];
         for tier in tiers {

@@ -17,7 +17,12 @@ pub(crate) struct RedisArgs {
     #[arg(long, value_name = "URL", conflicts_with_all = ["redis_sentinel", "redis_cluster_node"])]
     pub(crate) redis_url: Option<String>,
     /// A sentinel of the Redis to share through (repeatable); needs --redis-master.
-    #[arg(long, value_name = "URL", requires = "redis_master", conflicts_with = "redis_cluster_node")]
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "redis_master",
+        conflicts_with = "redis_cluster_node"
+    )]
     pub(crate) redis_sentinel: Vec<String>,
     /// The name the sentinels know the master by.
     #[arg(long, value_name = "NAME", requires = "redis_sentinel")]
@@ -42,7 +47,9 @@ impl RedisArgs {
             || !self.redis_cluster_node.is_empty();
         if !configured {
             if self.redis_ca.is_some() {
-                return Err("--redis-ca needs --redis-url, --redis-sentinel or --redis-cluster-node".into());
+                return Err(
+                    "--redis-ca needs --redis-url, --redis-sentinel or --redis-cluster-node".into(),
+                );
             }
             return Ok(None);
         }
@@ -64,8 +71,8 @@ impl RedisArgs {
             }
         }
         if let Some(path) = &self.redis_ca {
-            let pem = std::fs::read(path)
-                .map_err(|e| format!("--redis-ca {}: {e}", path.display()))?;
+            let pem =
+                std::fs::read(path).map_err(|e| format!("--redis-ca {}: {e}", path.display()))?;
             tier = tier.root_certificate(pem);
         }
         Ok(Some(tier))
