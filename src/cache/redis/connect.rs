@@ -46,7 +46,8 @@ enum Form {
     },
     /// A cluster; the connection keeps its slot map and its node connections by itself.
     Cluster {
-        client: ClusterClient,
+        /// Boxed: far larger than the other forms' clients.
+        client: Box<ClusterClient>,
         /// One client per configured node, for the invalidation channel.
         nodes: Vec<Client>,
         live: Slot<ClusterConnection>,
@@ -93,7 +94,7 @@ impl Backend {
                     .build()
                     .map_err(|e| invalid(format!("cluster nodes: {e}")))?;
                 Form::Cluster {
-                    client,
+                    client: Box::new(client),
                     nodes,
                     live: Slot::default(),
                 }
@@ -139,7 +140,7 @@ impl Backend {
                 .map(Conn::Multiplexed)
             }
             Form::Cluster { client, live, .. } => {
-                let client = client.clone();
+                let client = ClusterClient::clone(client);
                 live.get(move || {
                     within(connect_timeout(op_timeout), async move {
                         client.get_async_connection().await
