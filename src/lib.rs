@@ -24,8 +24,10 @@
 //!   [`ConnectRequest`], [`JoinRequest`] and the [`Identity`] they resolve to; coalescing of
 //!   concurrent look-ups (`flight`); [`Stats`].
 //! - `cache/`: the cache as one type over its tiers: the local moka cache (`local`) and, with
-//!   feature `redis`, the shared tier on Redis (`redis`, configured by [`RedisTier`]) with
-//!   cluster-wide invalidation.
+//!   feature `redis`, the shared tier on Redis (`redis`, configured by [`RedisTier`]: one
+//!   server over `redis://` or `rediss://`, Sentinel, or Redis Cluster; checked with
+//!   [`RedisTier::check`], whose [`RedisTierError`] names what is wrong) with cluster-wide
+//!   invalidation. `docs/redis.md` covers running it in production.
 //! - `upstream/`: the HTTP call to `/api/user`, admitted once by the per-API circuit breaker
 //!   (`breaker`) and the slot limit, with its deadline, retries and body cap.
 //! - `auth_url`: an authUrl parsed into an [`Endpoint`], and the allowlist.
@@ -55,7 +57,7 @@
 //!
 //! # Features
 //!
-//! - `redis`: the shared cache tier ([`RedisTier`]).
+//! - `redis`: the shared cache tier ([`RedisTier`]), with TLS (rustls), Sentinel and Cluster.
 //! - `reference-api`: the companion products above (axum, argon2).
 //! - `cli` (default): the binary; pulls in both, plus clap.
 //!
@@ -114,7 +116,7 @@ mod server_task;
 pub use auth_url::{AuthUrlError, Endpoint, MAX_AUTH_URL_BYTES};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use cache::RedisTier;
+pub use cache::{RedisTier, RedisTierError};
 pub use error::{ConfigError, ErrorCode, ResolveError};
 pub use resolver::{ConnectRequest, Identity, JoinRequest, Resolver, ResolverBuilder, Stats};
 pub use token::{check_syntax, AccessToken, MAX_TOKEN_BYTES};

@@ -7,8 +7,9 @@
 //! resolver decides what to cache and for how long; it never needs to know which tiers exist.
 //!
 //! - [`local`]: keys, entries and per-entry expiry on top of moka.
-//! - `redis` (feature `redis`): the shared tier, its keys, and the invalidation channel;
-//!   without the feature, `without_redis` stands in its place with types that have no value.
+//! - `redis` (feature `redis`): the shared tier, its connection forms (one server, Sentinel,
+//!   Cluster), its keys, and the invalidation channel; without the feature, `without_redis`
+//!   stands in its place with types that have no value.
 
 pub(crate) mod local;
 #[cfg(feature = "redis")]
@@ -22,11 +23,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) use local::{CacheKey, Cached, KeyRef, KeyView};
-#[cfg(feature = "redis")]
-pub use redis::RedisTier;
 #[cfg(not(feature = "redis"))]
 pub(crate) use redis::RedisTier;
 use redis::SharedCache;
+#[cfg(feature = "redis")]
+pub use redis::{RedisTier, RedisTierError};
 
 use crate::auth_url::Endpoint;
 use crate::error::ConfigError;

@@ -10,33 +10,70 @@ use std::time::{Duration, Instant};
 
 pub struct RedisServer {
     port: u16,
+    /// Further redis-server arguments (TLS, cluster, replication), kept for restarts.
+    extra: Vec<String>,
     child: Option<Child>,
+}
+
+/// Whether `binary` runs here; without it a test is skipped with a note, or fails under CI.
+pub fn installed(binary: &str) -> bool {
+    let found = Command::new(binary)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{binary} is not installed (apt-get install redis-server redis-tools)"
+        );
+        eprintln!("note: {binary} is not installed; skipping a shared-cache test");
+    }
+    found
+}
+
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `condition` every 20 ms for up to `limit`; panics naming `what` past it.
+pub fn wait_for(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 impl RedisServer {
     /// Starts one, or returns `None` (and says so) where redis-server is not installed.
     pub fn start() -> Option<RedisServer> {
-        if Command::new("redis-server")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_err()
-        {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "redis-server is not installed (apt-get install redis-server)"
-            );
-            eprintln!("note: redis-server is not installed; skipping a shared-cache test");
+        Self::start_with(Vec::new())
+    }
+
+    /// Starts one with further arguments (e.g. `--tls-port …`); `None` as [`start`](Self::start).
+    pub fn start_with(extra: Vec<String>) -> Option<RedisServer> {
+        if !installed("redis-server") {
             return None;
         }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut server = RedisServer { port, child: None };
+        let mut server = RedisServer {
+            port: free_port(),
+            extra,
+            child: None,
+        };
         server.launch();
         Some(server)
+    }
+
+    /// The plain port (for the test's own look at the data).
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     fn launch(&mut self) {
@@ -51,6 +88,7 @@ impl RedisServer {
                 "--appendonly",
                 "no",
             ])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -74,7 +112,8 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    fn connection(&self) -> redis::RedisResult<redis::Connection> {
+    /// A plain connection as Redis's `default` user, for the test's own commands.
+    pub fn connection(&self) -> redis::RedisResult<redis::Connection> {
         redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_millis(200))
     }
 
@@ -123,6 +162,15 @@ impl RedisServer {
                     .unwrap();
             }
         }
+    }
+
+    /// Runs `args` as one command as the `default` user.
+    pub fn command(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
+        let mut cmd = redis::cmd(args[0]);
+        for arg in &args[1..] {
+            cmd.arg(*arg);
+        }
+        cmd.query(&mut self.connection()?)
     }
 
     pub fn key_count(&self) -> usize {

@@ -31,8 +31,9 @@ pub(crate) enum LogFormat {
     Json,
 }
 
-/// The subcommands.
+/// The subcommands. One value per process, so the size of the largest does not matter.
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Command {
     /// Serve the reference integrator web API (login, access_token, user, logout).
     ServeApi(cmd::serve_api::ServeApiArgs),

@@ -12,8 +12,24 @@
 //! No token reaches Redis: keys are `prefix + hex(HMAC-SHA256(secret, endpoint 0x00 token))`,
 //! values hold only the user's id, name and extra fields (or the rejection's status), and the
 //! expiry is Redis's own TTL.
+//!
+//! - `tier`: [`RedisTier`], the configuration; `error`: [`RedisTierError`].
+//! - `connect`: the connection forms (one server, Sentinel, Cluster); `conn`: one connection
+//!   whatever the form.
+//! - `entry`: values and key digests.
+//! - `invalidation`: deleting and telling the other nodes; `subscriber`: hearing them.
+//!
+//! Key layout, the same on every form (on a cluster each key lives in its own slot):
+//! `<prefix>tok:<digest>` (a string with a TTL) and `<prefix>user:<digest>` (a set of a user's
+//! token keys, for `invalidate_user`). No command needs two keys in one slot: see
+//! `docs/redis.md`.
 
+mod conn;
+mod connect;
+mod entry;
+mod error;
 mod invalidation;
+mod subscriber;
 mod tier;
 
 use std::fmt;
@@ -22,85 +38,44 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use sha2::Sha256;
 
+pub use error::RedisTierError;
 pub use tier::RedisTier;
 
 use super::Cached;
-use crate::answer::parse_user;
 use crate::error::ConfigError;
 use crate::telemetry;
-use crate::user::User;
+use conn::Conn;
+use connect::Backend;
+use entry::{hex, token_digest, SharedEntry};
 
 /// How long the tier stands aside after a Redis error before trying again.
 const BACK_OFF: Duration = Duration::from_secs(1);
-/// Longest pause between attempts to re-subscribe to the invalidation channel.
-const MAX_RESUBSCRIBE_DELAY: Duration = Duration::from_secs(2);
 
-/// An answer as Redis holds it.
-#[derive(Debug, Clone, PartialEq)]
-enum SharedEntry {
-    /// A user.
-    User(User),
-    /// A rejection (401 or 403).
-    Rejected(u16),
-}
-
-impl SharedEntry {
-    fn of(cached: &Cached) -> SharedEntry {
-        match cached {
-            Cached::User { user, .. } => SharedEntry::User(User::clone(user)),
-            Cached::Rejected { status, .. } => SharedEntry::Rejected(*status),
-        }
-    }
-
-    /// The local entry for this answer, fresh for `left`.
-    fn cached(self, left: Duration) -> Cached {
-        match self {
-            SharedEntry::User(user) => Cached::user(Arc::new(user), left),
-            SharedEntry::Rejected(status) => Cached::rejected(status, left),
-        }
-    }
-
-    fn encode(&self) -> String {
-        match self {
-            SharedEntry::User(user) => {
-                format!("u{}", serde_json::to_string(user).unwrap_or_default())
-            }
-            SharedEntry::Rejected(status) => format!("r{status}"),
-        }
-    }
-
-    fn decode(value: &[u8]) -> Option<SharedEntry> {
-        match value.split_first()? {
-            (b'u', json) => parse_user(json).ok().map(SharedEntry::User),
-            (b'r', status) => {
-                let status = std::str::from_utf8(status).ok()?.parse().ok()?;
-                matches!(status, 401 | 403).then_some(SharedEntry::Rejected(status))
-            }
-            _ => None,
-        }
-    }
-}
 /// The shared tier of one resolver.
 pub(crate) struct SharedCache {
-    client: redis::Client,
-    /// Made on first use, inside the runtime; reconnects by itself.
-    conn: OnceLock<ConnectionManager>,
+    /// The connection form and its connection.
+    backend: Arc<Backend>,
     mac: Hmac<Sha256>,
     prefix: String,
     channel: String,
     op_timeout: Duration,
     /// How long a user's index of keys lives: the longest any answer is kept (`cache_ttl`).
     index_ttl: Duration,
-    /// After an error, Redis is skipped until then.
-    resting_until: Mutex<Option<Instant>>,
+    /// Errors so far, and the rest after the last one; shared with background writes.
+    health: Arc<Health>,
     /// The channel subscriber, started on first use.
     subscriber: OnceLock<tokio::task::JoinHandle<()>>,
     subscribed: Arc<AtomicBool>,
     hits: AtomicU64,
-    errors: Arc<AtomicU64>,
+}
+
+/// Failures of the tier: counted, logged (without secrets) and followed by a rest.
+struct Health {
+    /// After an error, Redis is skipped on the resolve path until then.
+    resting_until: Mutex<Option<Instant>>,
+    errors: AtomicU64,
 }
 
 impl fmt::Debug for SharedCache {
@@ -134,22 +109,22 @@ impl SharedCache {
                 "op_timeout must be greater than zero",
             ));
         }
-        let client = redis::Client::open(tier.url.as_str())
-            .map_err(|e| ConfigError::new("shared_cache", format!("not a Redis URL: {e}")))?;
+        let backend = Backend::new(&tier)?;
         let mac = Hmac::<Sha256>::new_from_slice(&tier.secret).expect("HMAC takes any key length");
         Ok(SharedCache {
-            client,
-            conn: OnceLock::new(),
+            backend: Arc::new(backend),
             mac,
             channel: format!("{}invalidate", tier.key_prefix),
             prefix: tier.key_prefix,
             op_timeout: tier.op_timeout,
             index_ttl,
-            resting_until: Mutex::new(None),
+            health: Arc::new(Health {
+                resting_until: Mutex::new(None),
+                errors: AtomicU64::new(0),
+            }),
             subscriber: OnceLock::new(),
             subscribed: Arc::new(AtomicBool::new(false)),
             hits: AtomicU64::new(0),
-            errors: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -162,7 +137,7 @@ impl SharedCache {
     pub(crate) fn counts(&self) -> (u64, u64) {
         (
             self.hits.load(Ordering::Relaxed),
-            self.errors.load(Ordering::Relaxed),
+            self.health.errors.load(Ordering::Relaxed),
         )
     }
 
@@ -178,83 +153,46 @@ impl SharedCache {
         format!("{}tok:{digest}", self.prefix)
     }
 
-    /// The connection, unless Redis is resting after an error.
-    fn conn(&self) -> Option<ConnectionManager> {
-        let resting = self
-            .resting_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if resting.is_some_and(|until| Instant::now() < until) {
+    /// Runs one Redis operation on the resolve path under the deadline; `None` when Redis is
+    /// resting after an error, or fails now (then it rests).
+    async fn run<T, Fut>(&self, op: &'static str, work: impl Fn(Conn) -> Fut) -> Option<T>
+    where
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        if self.health.is_resting() {
             return None;
         }
-        drop(resting);
-        if let Some(conn) = self.conn.get() {
-            return Some(conn.clone());
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.op_timeout))
-            .set_response_timeout(Some(self.op_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(self.op_timeout);
-        match ConnectionManager::new_lazy_with_config(self.client.clone(), config) {
-            Ok(conn) => Some(self.conn.get_or_init(|| conn).clone()),
-            Err(e) => {
-                self.failed("connect", &e.to_string());
-                None
-            }
-        }
-    }
-
-    fn failed(&self, op: &'static str, detail: &str) {
-        self.errors.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!(telemetry::SHARED_CACHE_ERRORS_TOTAL, "op" => op).increment(1);
-        tracing::warn!(
-            op,
-            detail,
-            "shared cache (Redis) unavailable; going on without it"
-        );
-        *self
-            .resting_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + BACK_OFF);
-    }
-
-    /// Runs one Redis operation under the deadline; `None` (and a rest) when it fails.
-    async fn run<T>(
-        &self,
-        op: &'static str,
-        fut: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Option<T> {
-        match tokio::time::timeout(self.op_timeout, fut).await {
-            Ok(Ok(value)) => Some(value),
-            Ok(Err(e)) => {
-                self.failed(op, &e.to_string());
-                None
-            }
-            Err(_) => {
-                self.failed(op, "timed out");
-                None
-            }
-        }
+        attempt(&self.backend, &self.health, self.op_timeout, op, work)
+            .await
+            .ok()
     }
 
     /// The shared answer for (endpoint, token), fresh for what it has left in Redis, if Redis
-    /// has one.
+    /// has one: a `GET` and a `PTTL`, sent together.
     pub(crate) async fn get(&self, endpoint: &str, token: &str) -> Option<Cached> {
-        let mut conn = self.conn()?;
         let key = self.key(&self.digest(endpoint, token));
         let (value, pttl): (Option<Vec<u8>>, i64) = self
-            .run(
-                "get",
-                redis::pipe().get(&key).pttl(&key).query_async(&mut conn),
-            )
+            .run("get", |mut conn| {
+                let (key, mut other) = (key.clone(), conn.clone());
+                async move {
+                    let (mut get, mut pttl) = (redis::cmd("GET"), redis::cmd("PTTL"));
+                    get.arg(&key);
+                    pttl.arg(&key);
+                    let (value, pttl) = futures_util::future::join(
+                        get.query_async(&mut conn),
+                        pttl.query_async(&mut other),
+                    )
+                    .await;
+                    Ok((value?, pttl?))
+                }
+            })
             .await?;
         let Some(value) = value else {
             metrics::counter!(telemetry::SHARED_CACHE_MISSES_TOTAL).increment(1);
             return None;
         };
         let Some(entry) = SharedEntry::decode(&value) else {
-            self.failed(
+            self.health.failed(
                 "decode",
                 "a value in Redis is not an answer this crate wrote",
             );
@@ -268,33 +206,63 @@ impl SharedCache {
 
     /// Stores an answer for what is left of its freshness, in the background; a user's key
     /// joins its user index so that `invalidate_user` finds it.
+    ///
+    /// Every command here, as in [`get`](Self::get), goes on its own but at once: the
+    /// multiplexed connection still writes them back to back, and on a cluster each is routed
+    /// (and redirected during a resharding, where `ASKING` covers one command, not a pipeline)
+    /// by its own key.
     pub(crate) fn put(&self, endpoint: &str, token: &str, cached: &Cached) {
-        let Some(mut conn) = self.conn() else { return };
+        if self.health.is_resting() {
+            return;
+        }
         let (entry, ttl) = (SharedEntry::of(cached), cached.fresh_until().left());
         let key = self.key(&self.digest(endpoint, token));
-        let mut pipe = redis::pipe();
-        pipe.set(&key, entry.encode())
+        let mut set = redis::cmd("SET");
+        set.arg(&key)
+            .arg(entry.encode())
             .arg("PX")
-            .arg(ttl.as_millis().max(1) as u64)
-            .ignore();
-        if let SharedEntry::User(user) = &entry {
-            let index = self.user_index(endpoint, user.id);
-            pipe.sadd(&index, &key).ignore();
-            pipe.pexpire(&index, self.index_ttl.as_millis().max(1) as i64)
-                .ignore();
-        }
-        self.spawn(
-            "put",
-            async move { pipe.query_async::<()>(&mut conn).await },
-        );
+            .arg(ttl.as_millis().max(1) as u64);
+        let index = match &entry {
+            SharedEntry::User(user) => Some(self.user_index(endpoint, user.id)),
+            SharedEntry::Rejected(_) => None,
+        };
+        let index_ttl = self.index_ttl.as_millis().max(1) as u64;
+        self.spawn("put", false, move |conn| {
+            let (set, index, key) = (set.clone(), index.clone(), key.clone());
+            let mut conns = [conn.clone(), conn.clone(), conn];
+            async move {
+                let [c1, c2, c3] = &mut conns;
+                let indexed = async {
+                    let Some(index) = index else { return Ok(()) };
+                    let (mut add, mut expire) = (redis::cmd("SADD"), redis::cmd("PEXPIRE"));
+                    add.arg(&index).arg(&key);
+                    expire.arg(&index).arg(index_ttl);
+                    let (added, expired) = futures_util::future::join(
+                        add.query_async::<()>(c2),
+                        expire.query_async::<()>(c3),
+                    )
+                    .await;
+                    added.and(expired)
+                };
+                let (stored, indexed) =
+                    futures_util::future::join(set.query_async::<()>(c1), indexed).await;
+                stored.and(indexed)
+            }
+        });
     }
 
-    /// Runs a write in the background under the deadline; without a runtime it is skipped.
-    fn spawn(
+    /// Runs a write in the background. A cache write (`insist` false) is skipped while Redis
+    /// rests and tried once; an invalidation (`insist` true) is tried until it succeeds or
+    /// [`INSIST_FOR`] passes, since a lost one leaves other nodes serving what was revoked.
+    /// Without a runtime it is skipped.
+    fn spawn<Fut>(
         &self,
         op: &'static str,
-        fut: impl std::future::Future<Output = redis::RedisResult<()>> + Send + 'static,
-    ) {
+        insist: bool,
+        work: impl Fn(Conn) -> Fut + Send + Sync + 'static,
+    ) where
+        Fut: std::future::Future<Output = redis::RedisResult<()>> + Send,
+    {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(
                 op,
@@ -302,37 +270,98 @@ impl SharedCache {
             );
             return;
         };
+        let (backend, health) = (self.backend.clone(), self.health.clone());
         let timeout = self.op_timeout;
-        let errors = self.errors.clone();
         runtime.spawn(async move {
-            if !matches!(tokio::time::timeout(timeout, fut).await, Ok(Ok(()))) {
-                errors.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!(telemetry::SHARED_CACHE_ERRORS_TOTAL, "op" => op).increment(1);
+            let deadline = Instant::now() + INSIST_FOR;
+            let mut pause = Duration::from_millis(50);
+            while attempt(&backend, &health, timeout, op, &work)
+                .await
+                .is_err()
+                && insist
+                && Instant::now() + pause < deadline
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
             }
         });
     }
 }
 
-/// The hex HMAC naming (endpoint, token): the separator keeps `("ab", "c")` from `("a", "bc")`.
-fn token_digest(mac: &Hmac<Sha256>, endpoint: &str, token: &[u8]) -> String {
-    let mut mac = mac.clone();
-    mac.update(endpoint.as_bytes());
-    mac.update(&[0]);
-    mac.update(token);
-    hex(&mac.finalize().into_bytes())
+/// How long an invalidation keeps trying to reach Redis.
+const INSIST_FOR: Duration = Duration::from_secs(10);
+
+/// One operation: a connection, then `work` on it, all within `timeout`; a failure is
+/// counted, logged and rested on, and tells the backend its connection may be gone. When the
+/// backend's connection turned out to be stale (a Sentinel master that died), `work` runs once
+/// more on a fresh one within the same deadline.
+async fn attempt<T, Fut>(
+    backend: &Backend,
+    health: &Health,
+    timeout: Duration,
+    op: &'static str,
+    work: impl Fn(Conn) -> Fut,
+) -> Result<T, ()>
+where
+    Fut: std::future::Future<Output = redis::RedisResult<T>>,
+{
+    let outcome = tokio::time::timeout(timeout, async {
+        let conn = backend.connection().await.map_err(|e| ("connect", e))?;
+        match work(conn).await {
+            Err(e) if backend.lost(Some(&e)) => {
+                let conn = backend.connection().await.map_err(|e| ("connect", e))?;
+                work(conn).await.map_err(|e| (op, e))
+            }
+            done => done.map_err(|e| (op, e)),
+        }
+    })
+    .await;
+    match outcome {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err((op, e))) => {
+            backend.lost(Some(&e));
+            health.failed(op, &error::describe(&e));
+            Err(())
+        }
+        Err(_) => {
+            backend.lost(None);
+            health.failed(op, "timed out");
+            Err(())
+        }
+    }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    bytes
-        .iter()
-        .flat_map(|b| {
-            [
-                DIGITS[usize::from(b >> 4)] as char,
-                DIGITS[usize::from(b & 15)] as char,
-            ]
-        })
-        .collect()
+impl Health {
+    fn is_resting(&self) -> bool {
+        let resting = self
+            .resting_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        resting.is_some_and(|until| Instant::now() < until)
+    }
+
+    /// Counts and logs a failure (`detail` never holds a password or a token: Redis's errors
+    /// name addresses and replies) and rests. One warning per rest: failures while resting
+    /// (background writes, invalidations insisting) log at debug level.
+    fn failed(&self, op: &'static str, detail: &str) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(telemetry::SHARED_CACHE_ERRORS_TOTAL, "op" => op).increment(1);
+        let mut resting = self
+            .resting_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if resting.is_some_and(|until| now < until) {
+            tracing::debug!(op, detail, "shared cache (Redis) still unavailable");
+        } else {
+            tracing::warn!(
+                op,
+                detail,
+                "shared cache (Redis) unavailable; going on without it"
+            );
+        }
+        *resting = Some(now + BACK_OFF);
+    }
 }
 
 #[cfg(test)]
@@ -364,31 +393,38 @@ mod tests {
     }
 
     #[test]
-    fn the_separator_keeps_endpoint_and_token_apart() {
-        let t = tier();
-        assert_ne!(t.digest("ab", "c"), t.digest("a", "bc"));
-    }
-
-    #[test]
-    fn entries_round_trip_and_garbage_is_refused() {
-        let user = User {
-            id: 5,
-            name: "n".into(),
-            extra: Default::default(),
-            stale: false,
-        };
-        for entry in [SharedEntry::User(user), SharedEntry::Rejected(401)] {
-            assert_eq!(SharedEntry::decode(entry.encode().as_bytes()), Some(entry));
-        }
-        for garbage in [&b""[..], b"x", b"u{", b"r200", b"r", b"u[1]"] {
-            assert_eq!(SharedEntry::decode(garbage), None);
-        }
-    }
-
-    #[test]
-    fn config_refuses_a_short_secret_and_a_bad_url() {
+    fn config_refuses_what_cannot_work() {
         let minute = Duration::from_secs(60);
-        assert!(SharedCache::new(RedisTier::new("redis://127.0.0.1", "short"), minute).is_err());
-        assert!(SharedCache::new(RedisTier::new("not a url", "0123456789abcdef"), minute).is_err());
+        let secret = "0123456789abcdef";
+        let refused = [
+            RedisTier::new("redis://127.0.0.1", "short"),
+            RedisTier::new("not a url", secret),
+            RedisTier::new("http://127.0.0.1:6379", secret),
+            RedisTier::new("rediss://127.0.0.1", secret).root_certificate("not a PEM"),
+            RedisTier::sentinel(Vec::<String>::new(), "m", secret),
+            RedisTier::sentinel(["redis://127.0.0.1:26379"], "", secret),
+            RedisTier::cluster(Vec::<String>::new(), secret),
+            RedisTier::cluster(
+                ["redis://a:1@127.0.0.1:1", "redis://a:2@127.0.0.1:2"],
+                secret,
+            ),
+        ];
+        for tier in refused {
+            let shown = format!("{tier:?}");
+            assert!(SharedCache::new(tier, minute).is_err(), "{shown}");
+        }
+        let accepted = [
+            RedisTier::new("rediss://u:p%40ss@127.0.0.1:6380/1", secret),
+            RedisTier::sentinel(
+                ["redis://127.0.0.1:26379", "redis://127.0.0.1:26380"],
+                "m",
+                secret,
+            ),
+            RedisTier::cluster(["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"], secret),
+        ];
+        for tier in accepted {
+            let shown = format!("{tier:?}");
+            assert!(SharedCache::new(tier, minute).is_ok(), "{shown}");
+        }
     }
 }

@@ -15,6 +15,8 @@ use token_resolver::game_server::{
 };
 use token_resolver::{RedisTier, Resolver};
 
+use super::redis::{check_at_start, RedisArgs};
+
 /// `game-server` arguments.
 #[derive(Debug, Args)]
 pub(crate) struct GameServerArgs {
@@ -58,22 +60,13 @@ pub(crate) struct GameServerArgs {
     /// Host that rooms advertise to clients (default: the listening IP).
     #[arg(long, value_name = "HOST")]
     pub(crate) advertise_host: Option<String>,
-    /// Share cached answers and invalidations with other nodes through this Redis
-    /// (`redis://host:port`); the key-derivation secret comes from TOKEN_RESOLVER_REDIS_SECRET.
-    #[arg(long, value_name = "URL")]
-    pub(crate) redis_url: Option<String>,
-    /// Prefix of the shared tier's Redis keys and channel.
-    #[arg(
-        long,
-        value_name = "PREFIX",
-        default_value = "token-resolver:",
-        requires = "redis_url"
-    )]
-    pub(crate) redis_prefix: String,
+    /// The shared cache tier on Redis.
+    #[command(flatten)]
+    pub(crate) redis: RedisArgs,
 }
 
-/// Serves until SIGTERM or Ctrl-C, then drains and exits 0; exit 2 on a usage error, 1 when a
-/// port cannot be bound.
+/// Serves until SIGTERM or Ctrl-C, then drains and exits 0; exit 2 on a usage error (a shared
+/// tier that cannot work included), 1 when a port cannot be bound.
 pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
     // Before anything records a metric: the resolver registers its counters with the recorder
     // installed at its first resolution.
@@ -84,7 +77,20 @@ pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let server = match server(&args) {
+    let tier = match args.redis.tier() {
+        Ok(tier) => tier,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(tier) = &tier {
+        if let Err(e) = check_at_start(tier).await {
+            eprintln!("error: shared cache (Redis): {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let server = match server(&args, tier) {
         Ok(server) => server,
         Err(message) => {
             eprintln!("error: {message}");
@@ -144,7 +150,7 @@ async fn stop_signal() {
 }
 
 /// The game server the flags describe; a usage error names the flag at fault.
-fn server(args: &GameServerArgs) -> Result<GameServer, String> {
+fn server(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<GameServer, String> {
     let rooms = match &args.rooms {
         Some(path) => RoomConfig::load(path).map_err(|e| e.to_string())?,
         None => RoomConfig::defaults(args.auth_url.as_deref()),
@@ -170,11 +176,11 @@ fn server(args: &GameServerArgs) -> Result<GameServer, String> {
         advertised_host: args.advertise_host.clone(),
         ..GameServerConfig::default()
     };
-    GameServer::new(resolver(args)?, config).map_err(|e| e.to_string())
+    GameServer::new(resolver(args, tier)?, config).map_err(|e| e.to_string())
 }
 
 /// The resolver the flags describe, with the shared tier when one is given.
-fn resolver(args: &GameServerArgs) -> Result<Resolver, String> {
+fn resolver(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<Resolver, String> {
     let mut builder = Resolver::builder()
         .auth_required(args.auth_required)
         .allow_insecure_http(args.allow_insecure_http);
@@ -184,24 +190,10 @@ fn resolver(args: &GameServerArgs) -> Result<Resolver, String> {
     for url in &args.allow_auth_url {
         builder = builder.allow_auth_url(url);
     }
-    if let Some(tier) = redis_tier(args)? {
+    if let Some(tier) = tier {
         builder = builder.shared_cache(tier);
     }
     builder.build().map_err(|e| e.to_string())
-}
-
-/// The shared Redis tier of `--redis-url`, with its secret from the environment.
-fn redis_tier(args: &GameServerArgs) -> Result<Option<RedisTier>, String> {
-    let Some(url) = &args.redis_url else {
-        return Ok(None);
-    };
-    let secret = std::env::var("TOKEN_RESOLVER_REDIS_SECRET").map_err(|_| {
-        "--redis-url needs TOKEN_RESOLVER_REDIS_SECRET (at least 16 bytes, the same on every node)"
-            .to_owned()
-    })?;
-    Ok(Some(
-        RedisTier::new(url, secret).key_prefix(&args.redis_prefix),
-    ))
 }
 
 /// What the server prints once it listens: the addresses, the auth setting and the rooms.

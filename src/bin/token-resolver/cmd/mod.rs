@@ -4,5 +4,6 @@ pub(crate) mod check;
 pub(crate) mod demo;
 pub(crate) mod game_server;
 pub(crate) mod load;
+pub(crate) mod redis;
 pub(crate) mod resolve;
 pub(crate) mod serve_api;

@@ -1,0 +1,146 @@
+//! The shared Redis tier behind Sentinel, against a real group on free loopback ports (one
+//! master, one replica, three sentinels): two resolvers in one process act as two game-server
+//! nodes, and the test kills the master mid-run.
+
+#[path = "support/redis_sentinel.rs"]
+mod redis_sentinel;
+#[path = "support/redis_server.rs"]
+mod redis_server;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis_sentinel::{SentinelGroup, MASTER};
+use support::{resolver_for, Scripted};
+use token_resolver::{RedisTier, RedisTierError, Resolver};
+
+const SECRET: &str = "test-secret-of-32-bytes-length!!";
+
+fn node(api_url: &str, group: &SentinelGroup) -> Resolver {
+    resolver_for(api_url)
+        .shared_cache(
+            RedisTier::sentinel(group.sentinel_urls(), MASTER, SECRET)
+                .op_timeout(Duration::from_millis(200)),
+        )
+        .build()
+        .unwrap()
+}
+
+/// Waits up to `secs` for `condition`.
+async fn eventually(what: &str, secs: u64, condition: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_fails_no_resolution_and_invalidations_follow_the_new_master() {
+    // Pins down Sentinel: answers are shared through the master; killing it mid-run fails no
+    // resolution; afterwards both nodes use the promoted replica, answers are shared again and
+    // an invalidation issued after the failover reaches the other node.
+    let Some(mut group) = SentinelGroup::start() else {
+        return;
+    };
+    let api = Scripted::start(|_, seen| async move {
+        let token = seen.header("authorization").unwrap_or_default().to_owned();
+        let id = token.len() as i64;
+        support::user_answer(id, "p")
+    })
+    .await;
+    let url = api.url();
+    let (a, b) = (node(&url, &group), node(&url, &group));
+    a.resolve(&url, "before").await.unwrap();
+    eventually("A's answer reaches the master", 5, || {
+        group.master.key_count() >= 2
+    })
+    .await;
+    b.resolve(&url, "before").await.unwrap();
+    assert_eq!(api.requests(), 1, "B answered from Redis");
+    eventually("B listens", 5, || b.shared_cache_subscribed()).await;
+
+    let load = {
+        let (a, url) = (a.clone(), url.clone());
+        tokio::spawn(async move {
+            let mut done = 0;
+            for round in 0..60 {
+                for i in 0..5 {
+                    a.resolve(&url, &format!("r{round}-t{i}")).await.unwrap();
+                    done += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            done
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let group = tokio::task::spawn_blocking(move || {
+        group.kill_master_and_wait_for_failover();
+        group
+    })
+    .await
+    .unwrap();
+    assert_eq!(load.await.unwrap(), 300, "every resolution succeeded");
+
+    // B's subscriber follows the new master and, having maybe missed messages, starts empty.
+    eventually("B re-subscribes on the new master", 15, || {
+        b.shared_cache_subscribed() && b.stats().entries == 0
+    })
+    .await;
+    let calls = api.requests();
+    // A's tier may be resting after the failover's errors: retry until it writes again.
+    let (deadline, keys) = (
+        Instant::now() + Duration::from_secs(10),
+        group.replica.key_count(),
+    );
+    while group.replica.key_count() <= keys {
+        assert!(Instant::now() < deadline, "A never wrote to the new master");
+        a.invalidate(&url, "after");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        a.resolve(&url, "after").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before_b = api.requests();
+    b.resolve(&url, "after").await.unwrap();
+    assert_eq!(api.requests(), before_b, "B answered from the new master");
+    assert!(api.requests() > calls);
+    assert_eq!(b.stats().entries, 1);
+
+    a.invalidate(&url, "after");
+    eventually(
+        "A's invalidation reaches B through the new master",
+        5,
+        || b.stats().entries == 0,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_name_no_sentinel_knows_is_reported_and_costs_no_resolution() {
+    // Pins down a wrong --redis-master: check names it, and resolutions go on through the API.
+    let Some(group) = SentinelGroup::start() else {
+        return;
+    };
+    let tier = RedisTier::sentinel(group.sentinel_urls(), "no-such-master", SECRET);
+    let err = tier.check(Duration::from_secs(3)).await.unwrap_err();
+    assert!(
+        matches!(&err, RedisTierError::UnknownMaster { name } if name == "no-such-master"),
+        "{err:?}"
+    );
+    assert!(err.is_config());
+
+    let api = Scripted::start(|n, _| async move { support::user_answer(n as i64, "p") }).await;
+    let resolver = resolver_for(&api.url())
+        .shared_cache(tier.op_timeout(Duration::from_millis(200)))
+        .build()
+        .unwrap();
+    for i in 0..5 {
+        resolver
+            .resolve(&api.url(), &format!("t{i}"))
+            .await
+            .unwrap();
+    }
+    assert!(resolver.stats().shared_errors >= 1);
+    assert_eq!(group.master.key_count(), 0);
+}
