@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -52,8 +52,10 @@ pub(super) struct Shared {
     pub(super) resolver: Resolver,
     /// The rooms, for join.
     pub(super) rooms: Vec<Room>,
-    /// The rooms as `search_room` answers them.
+    /// The rooms as `search_room` answers them over TCP.
     pub(super) room_infos: Vec<RoomInfo>,
+    /// The rooms as `search_room` answers them over the WebSocket listener, once it listens.
+    pub(super) ws_room_infos: OnceLock<Vec<RoomInfo>>,
     /// Room id -> connection -> who joined.
     pub(super) members: Mutex<HashMap<String, HashMap<u64, Identity>>>,
     /// Limits.
@@ -85,6 +87,7 @@ impl Shared {
             resolver,
             rooms,
             room_infos,
+            ws_room_infos: OnceLock::new(),
             members: Mutex::new(HashMap::new()),
             next_connection: AtomicU64::new(1),
             slots: Arc::new(Semaphore::new(config.max_connections)),
@@ -140,9 +143,14 @@ fn leave_all(members: &mut HashMap<String, HashMap<u64, Identity>>, connection: 
     });
 }
 
-/// Handles one message of `connection`; the answer. Every resolution is logged with the
-/// connection and its outcome (`ok` or the error code).
-pub(super) async fn handle(shared: &Shared, connection: u64, message: &[u8]) -> Vec<u8> {
+/// Handles one message of `connection`, which came over `transport` (`tcp`, `ws`); the answer.
+/// Every resolution is logged with the connection and its outcome (`ok` or the error code).
+pub(super) async fn handle(
+    shared: &Shared,
+    connection: u64,
+    transport: &'static str,
+    message: &[u8],
+) -> Vec<u8> {
     let request = match serde_json::from_slice::<Request>(message) {
         Ok(request) => request,
         Err(e) => {
@@ -173,7 +181,13 @@ pub(super) async fn handle(shared: &Shared, connection: u64, message: &[u8]) -> 
                 Err(e) => resolve_refusal(connection, "connect", &e),
             }
         }
-        Request::SearchRoom => encode(&json!({"type": "rooms", "rooms": shared.room_infos})),
+        Request::SearchRoom => {
+            let rooms = match transport {
+                "ws" => shared.ws_room_infos.get().unwrap_or(&shared.room_infos),
+                _ => &shared.room_infos,
+            };
+            encode(&json!({"type": "rooms", "rooms": rooms}))
+        }
         Request::Join(join) => self::join(shared, connection, join).await,
     }
 }

@@ -71,6 +71,7 @@ mod protocol;
 mod session;
 mod tcp;
 pub mod telemetry;
+mod websocket;
 
 use std::io;
 use std::net::SocketAddr;
@@ -88,6 +89,7 @@ use self::handler::{normalised, Room, Shared};
 pub use self::protocol::{
     Player, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, ROOM_NOT_FOUND, SERVER_BUSY,
 };
+pub use self::websocket::WebSocketConfig;
 use crate::player::{RoomInfo, AUTH_URL_PROPERTY};
 use crate::server_task::ServerTask;
 
@@ -153,24 +155,7 @@ impl GameServer {
                 endpoint: r.auth_url.as_deref().and_then(normalised),
             })
             .collect();
-        let room_infos = self
-            .config
-            .rooms
-            .iter()
-            .map(|r| RoomInfo {
-                host: self
-                    .config
-                    .advertised_host
-                    .clone()
-                    .unwrap_or_else(|| local_addr.ip().to_string()),
-                port: local_addr.port(),
-                protocol: "tcp".to_owned(),
-                room_id: r.room_id.clone(),
-                node_properties: r.auth_url.as_ref().map(|url| {
-                    Map::from_iter([(AUTH_URL_PROPERTY.to_owned(), Value::String(url.clone()))])
-                }),
-            })
-            .collect();
+        let room_infos = room_infos(&self.config, local_addr, "tcp");
         // The invalidation channel of a Redis tier starts listening now, not at the first
         // resolution: readiness waits for it.
         let _ = self.resolver.shared_cache_subscribed();
@@ -183,8 +168,31 @@ impl GameServer {
             local_addr,
             shared,
             task: Some(task),
+            websocket: None,
         })
     }
+}
+
+/// The rooms as `search_room` answers them to a client of the listener at `addr`, speaking
+/// `protocol`.
+fn room_infos(config: &GameServerConfig, addr: SocketAddr, protocol: &str) -> Vec<RoomInfo> {
+    let host = config
+        .advertised_host
+        .clone()
+        .unwrap_or_else(|| addr.ip().to_string());
+    config
+        .rooms
+        .iter()
+        .map(|r| RoomInfo {
+            host: host.clone(),
+            port: addr.port(),
+            protocol: protocol.to_owned(),
+            room_id: r.room_id.clone(),
+            node_properties: r.auth_url.as_ref().map(|url| {
+                Map::from_iter([(AUTH_URL_PROPERTY.to_owned(), Value::String(url.clone()))])
+            }),
+        })
+        .collect()
 }
 
 /// Whom a room holds: one entry per connection that joined it.
@@ -208,6 +216,9 @@ pub struct RunningGameServer {
     shared: Arc<Shared>,
     /// The TCP accept loop; the sessions run on `shared`'s task tracker. `None` once drained.
     task: Option<ServerTask>,
+    /// The WebSocket listener's address and task, once [`listen_websocket`](Self::listen_websocket)
+    /// started it.
+    websocket: Option<(SocketAddr, ServerTask)>,
 }
 
 impl RunningGameServer {
@@ -222,7 +233,12 @@ impl RunningGameServer {
         &self.shared.resolver
     }
 
-    /// The rooms as `search_room` answers them.
+    /// The address of the WebSocket listener, once it listens.
+    pub fn websocket_addr(&self) -> Option<SocketAddr> {
+        self.websocket.as_ref().map(|(addr, _)| *addr)
+    }
+
+    /// The rooms as `search_room` answers them over TCP.
     pub fn rooms(&self) -> &[RoomInfo] {
         &self.shared.room_infos
     }
@@ -257,6 +273,34 @@ impl RunningGameServer {
         admin::spawn(addr, self.shared.clone(), config).await
     }
 
+    /// Serves the same game over WebSocket on `addr` too: `GET /ws` upgrades, each text frame
+    /// is one message. Both transports share the rooms, the resolver and `max_connections`;
+    /// over WebSocket, `search_room` advertises the WebSocket listener (protocol `ws`).
+    ///
+    /// # Errors
+    ///
+    /// The I/O error of binding `addr`; [`io::ErrorKind::AlreadyExists`] when a WebSocket
+    /// listener runs already.
+    pub async fn listen_websocket(
+        &mut self,
+        addr: SocketAddr,
+        config: WebSocketConfig,
+    ) -> io::Result<SocketAddr> {
+        if self.websocket.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "the WebSocket listener runs already",
+            ));
+        }
+        let (local_addr, task) = websocket::spawn(addr, self.shared.clone(), config).await?;
+        let _ = self
+            .shared
+            .ws_room_infos
+            .set(room_infos(&self.shared.config, local_addr, "ws"));
+        self.websocket = Some((local_addr, task));
+        Ok(local_addr)
+    }
+
     /// Drains: from now on `/readyz` answers 503 and no connection is accepted; every session
     /// is told `{"type":"shutdown","retry_after_ms":N}` as soon as it is not handling a
     /// message, and closes. Sessions still open after `grace` are cut.
@@ -266,6 +310,9 @@ impl RunningGameServer {
         let shared = self.shared.clone();
         shared.draining.cancel();
         if let Some(task) = self.task.take() {
+            task.shutdown(Duration::from_secs(1)).await;
+        }
+        if let Some((_, task)) = self.websocket.take() {
             task.shutdown(Duration::from_secs(1)).await;
         }
         shared.sessions.close();

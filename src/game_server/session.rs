@@ -13,7 +13,7 @@ use axum::body::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::handler::{handle, Shared};
-use super::protocol::{refusal, shutdown, IDLE_TIMEOUT, LINE_TOO_LONG};
+use super::protocol::{refusal, shutdown, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG};
 use super::telemetry::{SESSIONS_OPEN, SESSIONS_TOTAL};
 
 /// What a transport read.
@@ -22,17 +22,24 @@ pub(super) enum Incoming {
     Message(Bytes),
     /// A message over `max_line_bytes`: answered `line_too_long`, then the session ends.
     TooLong,
+    /// A frame the protocol has no use for (a WebSocket binary frame): answered
+    /// `bad_request`, and the session goes on.
+    Unsupported(&'static str),
     /// The peer closed the connection.
     Closed,
 }
 
-/// How the session ends its connection.
+/// How the session ends its connection (a WebSocket says it with its close code).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Close {
-    /// The session is over.
+    /// The session is over (1000).
     Normal,
-    /// The peer sent a message over the cap (WebSocket close code 1009).
+    /// The peer sent a message over the cap (1009).
     TooBig,
+    /// The server drains (1001).
+    GoingAway,
+    /// The server is full (1013).
+    Busy,
 }
 
 /// A connection that carries protocol messages: one message per line, or per frame.
@@ -83,7 +90,7 @@ async fn run<T: Transport>(
             () = shared.cut.cancelled() => return ("cut", Close::Normal),
             () = shared.draining.cancelled() => {
                 let _ = send(transport, &shutdown(config.shutdown_retry_after), shared).await;
-                return ("shutdown", Close::Normal);
+                return ("shutdown", Close::GoingAway);
             }
             incoming = tokio::time::timeout(config.idle_timeout, transport.recv()) => incoming,
         };
@@ -102,6 +109,7 @@ async fn run<T: Transport>(
                 let _ = send(transport, &refusal(LINE_TOO_LONG, &msg, false), shared).await;
                 return (LINE_TOO_LONG, Close::TooBig);
             }
+            Ok(Ok(Incoming::Unsupported(why))) => refusal(BAD_REQUEST, why, false),
             Ok(Ok(Incoming::Message(message))) if message.iter().all(u8::is_ascii_whitespace) => {
                 continue
             }
@@ -109,7 +117,7 @@ async fn run<T: Transport>(
             Ok(Ok(Incoming::Message(message))) => tokio::select! {
                 biased;
                 () = shared.cut.cancelled() => return ("cut", Close::Normal),
-                answer = handle(shared, connection, &message) => answer,
+                answer = handle(shared, connection, T::NAME, &message) => answer,
             },
         };
         if send(transport, &answer, shared).await.is_err() {

@@ -12,6 +12,7 @@ use clap::Args;
 use token_resolver::game_server::telemetry::Metrics;
 use token_resolver::game_server::{
     AdminConfig, GameServer, GameServerConfig, RoomConfig, RunningAdmin, RunningGameServer,
+    WebSocketConfig,
 };
 use token_resolver::{RedisTier, Resolver};
 
@@ -27,6 +28,14 @@ pub(crate) struct GameServerArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:7350")]
     pub(crate) listen: SocketAddr,
+    /// Address of the WebSocket listener (GET /ws; one message per text frame); off unless
+    /// given.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) ws_listen: Option<SocketAddr>,
+    /// A browser origin allowed to open WebSocket sessions, e.g. https://play.example.com
+    /// (repeatable); a browser from any other origin is refused with 403.
+    #[arg(long, value_name = "ORIGIN", requires = "ws_listen")]
+    pub(crate) allow_origin: Vec<String>,
     /// Address of the admin listener (/metrics, /healthz, /readyz); off unless given. Keep it
     /// on loopback or a private network.
     #[arg(long, value_name = "ADDR")]
@@ -97,13 +106,23 @@ pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let running = match server.spawn(args.listen).await {
+    let mut running = match server.spawn(args.listen).await {
         Ok(running) => running,
         Err(e) => {
             eprintln!("error: cannot listen on {}: {e}", args.listen);
             return ExitCode::FAILURE;
         }
     };
+    if let Some(addr) = args.ws_listen {
+        let config = WebSocketConfig {
+            allowed_origins: args.allow_origin.clone(),
+            ..WebSocketConfig::default()
+        };
+        if let Err(e) = running.listen_websocket(addr, config).await {
+            eprintln!("error: cannot listen on {addr} (--ws-listen): {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let admin = match args.admin_listen {
         None => None,
         Some(addr) => {
@@ -206,6 +225,11 @@ fn banner(
         "game server listening on {} (JSON lines over TCP)\n",
         running.local_addr()
     );
+    if let Some(addr) = running.websocket_addr() {
+        banner.push_str(&format!(
+            "WebSocket listener on ws://{addr}/ws (one message per text frame)\n"
+        ));
+    }
     if let Some(admin) = admin {
         banner.push_str(&format!(
             "admin listener on http://{} (/metrics, /healthz, /readyz)\n",
