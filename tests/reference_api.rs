@@ -645,3 +645,26 @@ async fn users_from_config_can_log_in_and_guests_get_ids_above_them() {
     let (_, guest) = api.login(json!({ "device_id": "d" })).await;
     assert_eq!(guest["id"], 42);
 }
+
+#[tokio::test]
+async fn the_play_page_is_served_with_a_policy_that_allows_no_inline_script() {
+    // The browser client at /play: the page, its script and its style, each with its content
+    // type and a content security policy that allows only this origin's files and WebSockets.
+    let running = start(Duration::from_secs(3600)).await;
+    let api = Api::new(&running);
+    for (path, content_type, contains) in [
+        ("/play", "text/html", "<output id=\"result\">"),
+        ("/play.js", "text/javascript", "authUrlOf"),
+        ("/play.css", "text/css", "output"),
+    ] {
+        let response = api.client.get(api.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let header = |name: &str| response.headers()[name].to_str().unwrap().to_owned();
+        assert!(header("content-type").starts_with(content_type), "{path}");
+        let policy = header("content-security-policy");
+        assert!(policy.contains("script-src 'self'"), "{policy}");
+        assert!(!policy.contains("unsafe-inline"), "{policy}");
+        assert_eq!(header("x-content-type-options"), "nosniff");
+        assert!(response.text().await.unwrap().contains(contains), "{path}");
+    }
+}

@@ -3,7 +3,8 @@
 //!
 //! It owns the three APIs an integrator must provide — login (`POST /api/login`), token
 //! acquisition (`POST /api/access_token`) and user information acquisition (`POST /api/user`) —
-//! plus `POST /api/logout`, the users they serve, their sessions and their access tokens. It is
+//! plus `POST /api/logout`, the users they serve, their sessions and their access tokens; and
+//! `GET /play`, a browser client of the whole flow. It is
 //! what `token-resolver serve-api` and `token-resolver demo` run, what the tests resolve against,
 //! and a model for integrators.
 //!
@@ -29,6 +30,7 @@
 
 mod config;
 mod handlers;
+mod play;
 mod store;
 
 use std::collections::HashMap;
@@ -39,7 +41,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::Semaphore;
 
@@ -142,13 +144,17 @@ impl ReferenceApi {
     }
 
     /// The axum router serving the four `/api/*` endpoints (other methods on them answer 405
-    /// with `Allow: POST`), with request bodies limited to 4 KiB.
+    /// with `Allow: POST`), with request bodies limited to 4 KiB, and the browser client at
+    /// `GET /play`.
     pub fn router(&self) -> Router {
         Router::new()
             .route("/api/login", post(login))
             .route("/api/access_token", post(access_token))
             .route("/api/user", post(user))
             .route("/api/logout", post(logout))
+            .route("/play", get(play::page))
+            .route("/play.js", get(play::script))
+            .route("/play.css", get(play::style))
             .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
             .with_state(self.clone())
     }

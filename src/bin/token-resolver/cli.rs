@@ -40,7 +40,7 @@ pub(crate) enum Command {
     /// Resolve one access token and print the user as one JSON line.
     Resolve(cmd::resolve::ResolveArgs),
     /// Walk the seed's whole flow on loopback, printing each step.
-    Demo,
+    Demo(cmd::demo::DemoArgs),
     /// Run a game server embedding the resolver (TCP, JSON lines: connect, search_room, join).
     GameServer(cmd::game_server::GameServerArgs),
     /// Check an integrator's user information API against the protocol; exit 1 on a failure.
@@ -93,7 +93,7 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::ServeApi(args) => cmd::serve_api::run(args).await,
         Command::Resolve(args) => cmd::resolve::run(args).await,
-        Command::Demo => cmd::demo::run().await,
+        Command::Demo(args) => cmd::demo::run(args).await,
         Command::GameServer(args) => cmd::game_server::run(args).await,
         Command::Check(args) => cmd::check::run(args).await,
         Command::Load(args) => cmd::load::run(args).await,

@@ -4,13 +4,18 @@
 //! lines); the client is `IntegratorClient` for login and token plus `GameClient` for connect,
 //! room search and join.
 //!
+//! `--browser` starts the parties for a browser instead (`browser`).
+//!
 //! The demo is also a smoke test: a step whose outcome is not the expected one ends it with an
 //! error, so a zero exit status means the flow works. The token is never printed.
+
+mod browser;
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use clap::Args;
 use serde_json::Map;
 use token_resolver::game_server::telemetry::Metrics;
 use token_resolver::game_server::{
@@ -24,10 +29,24 @@ use token_resolver::{ErrorCode, Resolver, Stats};
 /// A demo step that did not turn out as expected.
 type DemoError = Box<dyn std::error::Error + Send + Sync>;
 
+/// `demo` arguments.
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// Start the parties for a browser instead: print the URL of the page to open, and serve
+    /// until Ctrl-C.
+    #[arg(long)]
+    pub(crate) browser: bool,
+}
+
 /// Runs the demo on stdout; exit 1 when a step did not turn out as expected.
-pub(crate) async fn run() -> ExitCode {
+pub(crate) async fn run(args: DemoArgs) -> ExitCode {
     let mut out = std::io::stdout();
-    match narrate(&mut out).await {
+    let ran = if args.browser {
+        browser::serve(&mut out).await
+    } else {
+        narrate(&mut out).await
+    };
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("demo failed: {e}");
