@@ -64,6 +64,19 @@ pub fn check_answer(body: &[u8], cache_control: Option<&str>) {
                 "extra fields of {}",
                 show(body)
             );
+            // An integer `exp` is the expiry (one at or before the epoch counts as the epoch);
+            // any other `exp`, or none, is no expiry.
+            let expected = match extra.get("exp") {
+                Some(Value::Number(n)) if n.is_u64() => n.as_u64(),
+                Some(Value::Number(n)) if n.is_i64() => Some(0),
+                _ => None,
+            };
+            assert_eq!(
+                user.expires_at.map(|e| e.unix_seconds()),
+                expected.map(|secs| secs.clamp(1, u64::from(u32::MAX))),
+                "expiry of {}",
+                show(body)
+            );
         }
         (Err(refusal), None) => check_refusal_message(&refusal.to_string(), body),
         (Ok(user), None) => panic!(

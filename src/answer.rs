@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::user::User;
+use crate::user::{Expiry, User};
 
 /// Why an answer body is not a valid `/api/user` answer. The message names the rule broken,
 /// and for JSON syntax the line and column, never a value of the body.
@@ -117,6 +117,7 @@ impl<'de> Visitor<'de> for UserVisitor<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<User, A::Error> {
         let mut id = None;
         let mut name = None;
+        let mut expires_at = None;
         let mut extra = Map::new();
         while let Some(key) = map.next_key::<FieldName>()? {
             let value: Value = map.next_value()?;
@@ -139,6 +140,9 @@ impl<'de> Visitor<'de> for UserVisitor<'_> {
                     }
                 },
                 FieldName::Other(key) => {
+                    if key == "exp" {
+                        expires_at = expiry(&value);
+                    }
                     if extra.insert(key, value).is_some() {
                         return Err(self.refuse(AnswerError::DuplicateKey(None)));
                     }
@@ -152,6 +156,7 @@ impl<'de> Visitor<'de> for UserVisitor<'_> {
             name,
             extra: extra.into(),
             stale: false,
+            expires_at,
         })
     }
 
@@ -222,6 +227,17 @@ impl<'de> serde::Deserialize<'de> for FieldName {
         }
 
         deserializer.deserialize_str(FieldNameVisitor)
+    }
+}
+
+/// An integer `exp` (Unix seconds, RFC 7662) as an [`Expiry`]; one at or before the epoch is
+/// the epoch (long passed). Any other `exp` says nothing about expiry and stays an extra field.
+fn expiry(value: &Value) -> Option<Expiry> {
+    let Value::Number(n) = value else { return None };
+    match (n.as_i64(), n.as_u64()) {
+        (_, Some(secs)) => Some(Expiry::from_unix_seconds(secs)),
+        (Some(_negative), None) => Some(Expiry::from_unix_seconds(0)),
+        (None, None) => None,
     }
 }
 

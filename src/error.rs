@@ -101,14 +101,13 @@ pub enum ResolveError {
 
     /// The auth API answered 401 or 403: the token is unknown, expired or revoked.
     /// Ask the player to log in again.
-    #[error(
-        "the auth API at {host} rejected the token (HTTP {status}); the player must log in again"
-    )]
+    #[error("{}", rejected(host, *status))]
     TokenRejected {
         /// Host of the auth API.
         host: String,
-        /// The status the API answered, 401 or 403; a rejection served from the negative cache
-        /// carries the status of the answer that was cached.
+        /// The status the API answered: 401 or 403, or 200 when it answered with an `exp`
+        /// (or the token is a JWT whose `exp`) that had passed. A rejection served from the
+        /// negative cache carries the status of the answer that was cached.
         status: u16,
     },
 
@@ -158,6 +157,14 @@ pub enum ResolveError {
         /// How long the resolution waited for a slot.
         waited: Duration,
     },
+}
+
+/// The message of [`ResolveError::TokenRejected`].
+fn rejected(host: &str, status: u16) -> String {
+    match status {
+        200 => format!("the token has expired (the auth API at {host} says when); the player must log in again"),
+        status => format!("the auth API at {host} rejected the token (HTTP {status}); the player must log in again"),
+    }
 }
 
 impl ResolveError {

@@ -117,10 +117,11 @@ pub use auth_url::{AuthUrlError, Endpoint, MAX_AUTH_URL_BYTES};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use cache::{RedisTier, RedisTierError};
+pub use cache::{Revocation, TokenFingerprint};
 pub use error::{ConfigError, ErrorCode, ResolveError};
 pub use resolver::{ConnectRequest, Identity, JoinRequest, Resolver, ResolverBuilder, Stats};
 pub use token::{check_syntax, AccessToken, MAX_TOKEN_BYTES};
-pub use user::{ExtraFields, User};
+pub use user::{Expiry, ExtraFields, User};
 
 /// The README's Rust examples compile as doctests (they use the companion products and the
 /// shared tier).

@@ -7,6 +7,7 @@
 use std::fmt;
 
 use crate::error::ResolveError;
+use crate::user::Expiry;
 
 /// The longest token accepted, in bytes. Longer ones are `token_malformed` with no call.
 pub const MAX_TOKEN_BYTES: usize = 4096;
@@ -60,6 +61,37 @@ pub(crate) fn check_size(token: &str) -> Result<(), ResolveError> {
         }),
         _ => Ok(()),
     }
+}
+
+/// The `exp` of a token that is a JWT: three base64url segments whose middle one is a JSON
+/// object with a numeric `exp` (Unix seconds). Read only to shorten how long an answer is
+/// trusted, never to accept anything: no signature is checked. `None` for any other token.
+pub(crate) fn jwt_expiry(token: &str) -> Option<Expiry> {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+
+    let mut segments = token.split('.');
+    let (Some(_header), Some(payload), Some(_signature), None) = (
+        segments.next(),
+        segments.next(),
+        segments.next(),
+        segments.next(),
+    ) else {
+        return None;
+    };
+    // A payload is small; a large one is not worth decoding to shorten a cache lifetime.
+    if payload.len() > 2048 {
+        return None;
+    }
+    let payload = URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
+    let claims: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&payload).ok()?;
+    let exp = claims.get("exp")?.as_f64()?;
+    Some(Expiry::from_unix_seconds(if exp > 0.0 {
+        exp.floor() as u64
+    } else {
+        0
+    }))
 }
 
 /// An access token whose syntax was checked. Its `Debug` prints `[redacted]`; it has no
@@ -128,6 +160,38 @@ mod tests {
             code(&"a".repeat(MAX_TOKEN_BYTES + 1)),
             Some(ErrorCode::TokenMalformed)
         );
+    }
+
+    #[test]
+    fn a_jwt_tells_its_expiry_and_other_tokens_none() {
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        use base64::Engine as _;
+        let jwt = |claims: &str| {
+            format!(
+                "{}.{}.sig",
+                URL_SAFE_NO_PAD.encode(r#"{"alg":"none"}"#),
+                URL_SAFE_NO_PAD.encode(claims)
+            )
+        };
+        assert_eq!(
+            jwt_expiry(&jwt(r#"{"sub":"1","exp":1700000000}"#)).map(Expiry::unix_seconds),
+            Some(1_700_000_000)
+        );
+        assert_eq!(
+            jwt_expiry(&jwt(r#"{"exp":1700000000.9}"#)).map(Expiry::unix_seconds),
+            Some(1_700_000_000)
+        );
+        for not_one in [
+            jwt(r#"{"sub":"1"}"#),
+            jwt(r#"{"exp":"soon"}"#),
+            jwt("[1]"),
+            "opaque-token".to_owned(),
+            "a.b".to_owned(),
+            "a.b.c.d".to_owned(),
+            "a.!!!.c".to_owned(),
+        ] {
+            assert_eq!(jwt_expiry(&not_one), None, "{not_one}");
+        }
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! of its answer. Parsing an answer into one is `answer`'s business.
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::ops::{Deref, DerefMut};
 use std::sync::LazyLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -24,6 +26,57 @@ pub struct User {
     /// unavailable (see `ResolverBuilder::serve_stale_for`). Never set otherwise.
     #[serde(skip_serializing_if = "is_false")]
     pub stale: bool,
+    /// When the token stops being valid, when it says: the earlier of the answer's integer
+    /// `exp` (RFC 7662) and, for a JWT, its payload's `exp`. The answer's `exp` also stays in
+    /// [`extra`](Self::extra) as it came.
+    #[serde(skip)]
+    pub expires_at: Option<Expiry>,
+}
+
+/// A moment a token stops being valid, in whole Unix seconds (until 2106, where it saturates):
+/// four bytes, so that it costs a cached [`User`] no space.
+///
+/// ```
+/// use std::time::Duration;
+/// use token_resolver::Expiry;
+///
+/// let exp = Expiry::from_unix_seconds(1_700_000_000);
+/// assert_eq!(exp.unix_seconds(), 1_700_000_000);
+/// assert!(exp.has_passed(Duration::from_secs(30)));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Expiry(NonZeroU32);
+
+impl Expiry {
+    /// The moment `secs` seconds after the Unix epoch; 0 counts as the first second, anything
+    /// past 2106 as the last representable one.
+    pub fn from_unix_seconds(secs: u64) -> Expiry {
+        let secs = u32::try_from(secs).unwrap_or(u32::MAX).max(1);
+        Expiry(NonZeroU32::new(secs).unwrap_or(NonZeroU32::MIN))
+    }
+
+    /// Seconds since the Unix epoch.
+    pub fn unix_seconds(self) -> u64 {
+        u64::from(self.0.get())
+    }
+
+    /// As a [`SystemTime`].
+    pub fn system_time(self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(self.unix_seconds())
+    }
+
+    /// How long from now until this moment plus `leeway` (clock skew, RFC 7519); zero once
+    /// that has passed.
+    pub fn remaining(self, leeway: Duration) -> Duration {
+        (self.system_time() + leeway)
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// Whether this moment plus `leeway` has passed.
+    pub fn has_passed(self, leeway: Duration) -> bool {
+        self.remaining(leeway).is_zero()
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -107,7 +160,7 @@ mod tests {
     #[test]
     fn a_user_without_extra_fields_holds_no_map() {
         // Every cached user pays this: 48 bytes (64 with the map inline), so its `Arc`
-        // allocation is 64 bytes instead of 80.
+        // allocation is 64 bytes instead of 80; the expiry fits in the padding.
         assert_eq!(std::mem::size_of::<User>(), 48);
         assert!(ExtraFields::from(Map::new()).0.is_none());
     }
@@ -132,6 +185,7 @@ mod tests {
             name: "ann".to_owned(),
             extra: Map::from_iter([("level".to_owned(), json!(3))]).into(),
             stale: false,
+            expires_at: None,
         };
         assert_eq!(
             serde_json::to_value(&user).unwrap(),

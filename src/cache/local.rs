@@ -266,6 +266,7 @@ mod tests {
             name: format!("u{id}"),
             extra: Default::default(),
             stale: false,
+            expires_at: None,
         });
         Cached::user(user, fresh)
     }

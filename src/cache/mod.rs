@@ -17,6 +17,7 @@ mod redis;
 #[cfg(not(feature = "redis"))]
 #[path = "without_redis.rs"]
 mod redis;
+mod revocation;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,6 +29,8 @@ pub(crate) use redis::RedisTier;
 use redis::SharedCache;
 #[cfg(feature = "redis")]
 pub use redis::{RedisTier, RedisTierError};
+use revocation::Revocations;
+pub use revocation::{Revocation, TokenFingerprint};
 
 use crate::auth_url::Endpoint;
 use crate::error::ConfigError;
@@ -70,6 +73,8 @@ pub(crate) struct Local {
     /// Bumped by every invalidation: a call that started before one does not cache its answer,
     /// so an invalidation cannot be undone by a call already in flight.
     generation: AtomicU64,
+    /// Where every invalidation applied here is told, local or remote.
+    revocations: Revocations,
 }
 
 /// Every tier of one resolver.
@@ -85,6 +90,7 @@ impl Tiers {
             cache: local::new_cache(settings.capacity, settings.stale_for),
             keeps_stale: !settings.stale_for.is_zero(),
             generation: AtomicU64::new(0),
+            revocations: Revocations::new(),
         });
         let shared = settings
             .shared
@@ -150,10 +156,15 @@ impl Tiers {
         }
     }
 
-    /// Drops one token's answer at `endpoint` in every tier and on every node.
+    /// Drops one token's answer at `endpoint` in every tier and on every node, and tells the
+    /// subscribers.
     pub(crate) fn invalidate_token(&self, endpoint: &str, token: &str) {
         telemetry::count_invalidation(Scope::Token, "local");
         self.local.evict_token(endpoint, token);
+        self.local.revocations.publish(Revocation::Token {
+            endpoint: endpoint.to_owned(),
+            token: self.fingerprint(endpoint, token),
+        });
         if let Some(shared) = &self.shared {
             shared.delete(endpoint, token);
         }
@@ -163,6 +174,10 @@ impl Tiers {
     pub(crate) fn invalidate_user(&self, endpoint: &str, user_id: i64) {
         telemetry::count_invalidation(Scope::User, "local");
         self.local.evict_user(endpoint, user_id);
+        self.local.revocations.publish(Revocation::User {
+            endpoint: endpoint.to_owned(),
+            user_id,
+        });
         if let Some(shared) = &self.shared {
             shared.delete_user(endpoint, user_id);
         }
@@ -172,9 +187,24 @@ impl Tiers {
     pub(crate) fn invalidate_all(&self) {
         telemetry::count_invalidation(Scope::All, "local");
         self.local.evict_all();
+        self.local.revocations.publish(Revocation::All);
         if let Some(shared) = &self.shared {
             shared.delete_all();
         }
+    }
+
+    /// The name revocations give `token` at `endpoint`: the shared tier's HMAC when there is
+    /// one (every node computes the same), else this process's own keyed hash.
+    pub(crate) fn fingerprint(&self, endpoint: &str, token: &str) -> TokenFingerprint {
+        match &self.shared {
+            Some(shared) => shared.fingerprint(endpoint, token),
+            None => TokenFingerprint::local(endpoint, token),
+        }
+    }
+
+    /// A subscriber to every revocation from now on.
+    pub(crate) fn revocations(&self) -> tokio::sync::broadcast::Receiver<Revocation> {
+        self.local.revocations.subscribe()
     }
 
     /// Entries in the local tier, once moka has applied what is pending.
@@ -275,6 +305,14 @@ impl Local {
             self.cache.invalidate(&*key);
         }
         self.publish_entries();
+    }
+
+    /// Empties the local tier because invalidations may have been missed, and tells the
+    /// subscribers to re-check what they hold.
+    fn resync(&self) {
+        telemetry::count_invalidation(Scope::All, "remote");
+        self.evict_all();
+        self.revocations.publish(Revocation::Recheck);
     }
 
     fn publish_entries(&self) {

@@ -175,6 +175,12 @@ pub struct GameServerConfig {
     /// The `retry_after_ms` of the `shutdown` message a draining server sends: how long a
     /// client should wait before it reconnects. Default: 1 s.
     pub shutdown_retry_after: Duration,
+    /// How long a session whose token expired has to send a `refresh` after
+    /// `reauth_required`; then `session_expired` and close. Default: 60 s.
+    pub reauth_grace: Duration,
+    /// How often each session resolves its tokens again (through the cache, coalesced) and is
+    /// closed if one is rejected. Default: `None` (off).
+    pub revalidate: Option<Duration>,
 }
 
 impl Default for GameServerConfig {
@@ -187,6 +193,8 @@ impl Default for GameServerConfig {
             max_connections: 1024,
             advertised_host: None,
             shutdown_retry_after: Duration::from_secs(1),
+            reauth_grace: Duration::from_secs(60),
+            revalidate: None,
         }
     }
 }

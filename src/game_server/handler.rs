@@ -12,12 +12,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::config::GameServerConfig;
+use super::live::{Credential, Holdings, Purpose, Registry};
 use super::protocol::{
-    blank_quoted, encode, refusal, JoinMessage, Player, Request, BAD_REQUEST, ROOM_NOT_FOUND,
+    blank_quoted, encode, refusal, JoinMessage, Player, Request, BAD_REQUEST, REFRESH_MISMATCH,
+    ROOM_NOT_FOUND,
 };
 use super::telemetry::MESSAGES_TOTAL;
 use crate::player::RoomInfo;
-use crate::{ConnectRequest, Endpoint, ErrorCode, Identity, JoinRequest, ResolveError, Resolver};
+use crate::{
+    AccessToken, ConnectRequest, Endpoint, ErrorCode, Identity, JoinRequest, ResolveError, Resolver,
+};
 
 /// A room as the server keeps it.
 #[derive(Debug)]
@@ -73,6 +77,8 @@ pub(super) struct Shared {
     pub(super) cut: CancellationToken,
     /// Whether the TCP listener accepts connections now.
     pub(super) accepting: AtomicBool,
+    /// The sessions that resolved a token, for revocations to find.
+    pub(super) registry: Registry,
 }
 
 impl Shared {
@@ -95,6 +101,7 @@ impl Shared {
             draining: CancellationToken::new(),
             cut: CancellationToken::new(),
             accepting: AtomicBool::new(false),
+            registry: Registry::default(),
             config,
         }
     }
@@ -143,29 +150,49 @@ fn leave_all(members: &mut HashMap<String, HashMap<u64, Identity>>, connection: 
     });
 }
 
-/// Handles one message of `connection`, which came over `transport` (`tcp`, `ws`); the answer.
-/// Every resolution is logged with the connection and its outcome (`ok` or the error code).
+/// What handling a message gives the session: the answer, and whether the session ends
+/// after it.
+pub(super) struct Reply {
+    pub(super) message: Vec<u8>,
+    pub(super) close: bool,
+}
+
+impl From<Vec<u8>> for Reply {
+    fn from(message: Vec<u8>) -> Reply {
+        Reply {
+            message,
+            close: false,
+        }
+    }
+}
+
+/// Handles one message of `connection`, which came over `transport` (`tcp`, `ws`), keeping in
+/// `holdings` what its resolutions vouched for. Every resolution is logged with the connection
+/// and its outcome (`ok` or the error code).
 pub(super) async fn handle(
     shared: &Shared,
     connection: u64,
+    holdings: &mut Holdings,
     transport: &'static str,
     message: &[u8],
-) -> Vec<u8> {
+) -> Reply {
     let request = match serde_json::from_slice::<Request>(message) {
         Ok(request) => request,
         Err(e) => {
             metrics::counter!(MESSAGES_TOTAL, "type" => "invalid").increment(1);
             let msg = format!(
-                "expected {{\"type\": \"connect\" | \"search_room\" | \"join\", ...}}: {}",
+                "expected {{\"type\": \"connect\" | \"search_room\" | \"join\" | \"refresh\", ...}}: {}",
                 blank_quoted(&e.to_string())
             );
-            return refusal(BAD_REQUEST, &msg, false);
+            return refusal(BAD_REQUEST, &msg, false).into();
         }
     };
     metrics::counter!(MESSAGES_TOTAL, "type" => request.kind()).increment(1);
     match request {
         Request::Connect { access_token } => {
-            let req = ConnectRequest { access_token };
+            let req = ConnectRequest {
+                access_token: access_token.clone(),
+            };
             match shared.resolver.resolve_connect(&req).await {
                 Ok(identity) => {
                     let user_id = identity.user().map(|u| u.id);
@@ -176,9 +203,19 @@ pub(super) async fn handle(
                         user_id,
                         "connected"
                     );
-                    encode(&json!({"type": "connected", "user": Player::of(&identity)}))
+                    if let Some(endpoint) = shared.resolver.default_endpoint() {
+                        hold(
+                            shared,
+                            holdings,
+                            Purpose::Connect,
+                            endpoint.as_str(),
+                            access_token,
+                            &identity,
+                        );
+                    }
+                    encode(&json!({"type": "connected", "user": Player::of(&identity)})).into()
                 }
-                Err(e) => resolve_refusal(connection, "connect", &e),
+                Err(e) => resolve_refusal(connection, "connect", &e).into(),
             }
         }
         Request::SearchRoom => {
@@ -186,14 +223,50 @@ pub(super) async fn handle(
                 "ws" => shared.ws_room_infos.get().unwrap_or(&shared.room_infos),
                 _ => &shared.room_infos,
             };
-            encode(&json!({"type": "rooms", "rooms": rooms}))
+            encode(&json!({"type": "rooms", "rooms": rooms})).into()
         }
-        Request::Join(join) => self::join(shared, connection, join).await,
+        Request::Join(join) => self::join(shared, connection, holdings, join).await.into(),
+        Request::Refresh { access_token } => {
+            refresh(shared, connection, holdings, access_token).await
+        }
     }
 }
 
+/// Keeps the credential a successful resolution gave, when it resolved a user with a token.
+fn hold(
+    shared: &Shared,
+    holdings: &mut Holdings,
+    purpose: Purpose,
+    endpoint: &str,
+    token: Option<String>,
+    identity: &Identity,
+) {
+    let (Some(user), Some(token)) = (identity.user(), token) else {
+        return;
+    };
+    let (Ok(token), Some(fingerprint)) = (
+        AccessToken::new(token.clone()),
+        shared.resolver.fingerprint(endpoint, &token),
+    ) else {
+        return;
+    };
+    holdings.hold(Credential {
+        purpose,
+        endpoint: endpoint.to_owned(),
+        token,
+        fingerprint,
+        user_id: user.id,
+        expires_at: user.expires_at,
+    });
+}
+
 /// A join: the room by its id, its own authUrl, then the resolution; the player enters it.
-async fn join(shared: &Shared, connection: u64, join: JoinMessage) -> Vec<u8> {
+async fn join(
+    shared: &Shared,
+    connection: u64,
+    holdings: &mut Holdings,
+    join: JoinMessage,
+) -> Vec<u8> {
     let JoinMessage { args, access_token } = join;
     let Some(room) = shared.rooms.iter().find(|r| r.id == args.room_id) else {
         tracing::info!(
@@ -220,18 +293,93 @@ async fn join(shared: &Shared, connection: u64, join: JoinMessage) -> Vec<u8> {
     let req = JoinRequest {
         room_id: room.id.clone(),
         auth_url: room.auth_url.clone(),
-        access_token,
+        access_token: access_token.clone(),
     };
     match shared.resolver.resolve_join(&req).await {
         Ok(identity) => {
             let user_id = identity.user().map(|u| u.id);
             tracing::info!(connection, request = "join", room = %room.id, outcome = "ok", user_id, "joined");
+            let endpoint = room
+                .endpoint
+                .as_deref()
+                .or(shared.resolver.default_endpoint().map(|e| e.as_str()));
+            if let Some(endpoint) = endpoint {
+                hold(
+                    shared,
+                    holdings,
+                    Purpose::Join,
+                    endpoint,
+                    access_token,
+                    &identity,
+                );
+            }
             let user = Player::of(&identity);
             shared.enter(connection, &room.id, identity);
             encode(&json!({"type": "joined", "room_id": room.id, "user": user}))
         }
         Err(e) => resolve_refusal(connection, "join", &e),
     }
+}
+
+/// A refresh: the new token, resolved at the endpoint of every credential the session holds,
+/// must vouch for the same user; then it replaces their tokens. Another user ends the session
+/// (`refresh_mismatch`); a token the API refuses is refused, and the session may try again.
+async fn refresh(
+    shared: &Shared,
+    connection: u64,
+    holdings: &mut Holdings,
+    token: Option<String>,
+) -> Reply {
+    if holdings.credentials.is_empty() {
+        return refusal(
+            BAD_REQUEST,
+            "nothing to refresh: connect or join with a token first",
+            false,
+        )
+        .into();
+    }
+    let token = token.unwrap_or_default();
+    let mut refreshed = Vec::with_capacity(holdings.credentials.len());
+    for credential in &holdings.credentials {
+        let user = match shared.resolver.resolve(&credential.endpoint, &token).await {
+            Ok(user) => user,
+            Err(e) => return resolve_refusal(connection, "refresh", &e).into(),
+        };
+        if user.id != credential.user_id {
+            tracing::info!(
+                connection,
+                request = "refresh",
+                outcome = REFRESH_MISMATCH,
+                "refresh refused"
+            );
+            return Reply {
+                message: refusal(
+                    REFRESH_MISMATCH,
+                    "the new token belongs to another user; closing",
+                    false,
+                ),
+                close: true,
+            };
+        }
+        refreshed.push((credential.purpose, credential.endpoint.clone(), user));
+    }
+    let player = refreshed.first().map(|(_, _, user)| Player {
+        id: user.id,
+        name: user.name.clone(),
+    });
+    for (purpose, endpoint, user) in refreshed {
+        let identity = Identity::Authenticated(user);
+        hold(
+            shared,
+            holdings,
+            purpose,
+            &endpoint,
+            Some(token.clone()),
+            &identity,
+        );
+    }
+    tracing::info!(connection, request = "refresh", outcome = "ok", "refreshed");
+    encode(&json!({"type": "refreshed", "user": player})).into()
 }
 
 /// The normalised endpoint of an authUrl; `None` when it does not parse.

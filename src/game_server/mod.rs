@@ -67,6 +67,7 @@ mod config;
 mod game_client;
 mod handler;
 mod http;
+mod live;
 mod protocol;
 mod session;
 mod tcp;
@@ -87,7 +88,8 @@ pub use self::config::{GameServerConfig, GameServerError, RoomConfig};
 pub use self::game_client::{GameClient, GameClientError, Joined};
 use self::handler::{normalised, Room, Shared};
 pub use self::protocol::{
-    Player, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, ROOM_NOT_FOUND, SERVER_BUSY,
+    Player, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, REFRESH_MISMATCH, ROOM_NOT_FOUND,
+    SERVER_BUSY, SESSION_EXPIRED,
 };
 pub use self::websocket::WebSocketConfig;
 use crate::player::{RoomInfo, AUTH_URL_PROPERTY};
@@ -161,6 +163,7 @@ impl GameServer {
         let _ = self.resolver.shared_cache_subscribed();
         let shared = Arc::new(Shared::new(self.resolver, rooms, room_infos, self.config));
         shared.set_accepting(true);
+        tokio::spawn(live::listen(Arc::downgrade(&shared)));
         let accepting = shared.clone();
         let task = ServerTask::spawn(|stopped| tcp::accept_loop(listener, accepting, stopped));
         tracing::info!(%local_addr, "game server listening");
@@ -324,6 +327,8 @@ impl RunningGameServer {
             shared.cut.cancel();
             let _ = tokio::time::timeout(CUT_GRACE, shared.sessions.wait()).await;
         }
+        // The revocation listener goes with the last session.
+        shared.cut.cancel();
     }
 
     /// Drains with a grace of 5 s; see [`drain`](Self::drain).

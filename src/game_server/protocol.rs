@@ -27,6 +27,12 @@ pub const LINE_TOO_LONG: &str = "line_too_long";
 pub const IDLE_TIMEOUT: &str = "idle_timeout";
 /// Error code: `max_connections` are open; this one is closed at once. Retryable.
 pub const SERVER_BUSY: &str = "server_busy";
+/// Error code: a refresh resolved to another user than the session's; the connection is then
+/// closed.
+pub const REFRESH_MISMATCH: &str = "refresh_mismatch";
+/// Error code: the session's token expired and no refresh came within the grace; the
+/// connection is then closed.
+pub const SESSION_EXPIRED: &str = "session_expired";
 
 /// The error codes this server may send: its own, then the resolver's.
 pub(super) fn known_code(code: &str) -> Option<&'static str> {
@@ -36,6 +42,8 @@ pub(super) fn known_code(code: &str) -> Option<&'static str> {
         LINE_TOO_LONG,
         IDLE_TIMEOUT,
         SERVER_BUSY,
+        REFRESH_MISMATCH,
+        SESSION_EXPIRED,
     ]
     .into_iter()
     .chain(ErrorCode::ALL.iter().map(|c| c.as_str()))
@@ -55,6 +63,11 @@ pub(super) enum Request {
     },
     SearchRoom,
     Join(JoinMessage),
+    /// A new token for the same user, when the session's token expires.
+    Refresh {
+        #[serde(default)]
+        access_token: Option<String>,
+    },
 }
 
 impl Request {
@@ -64,6 +77,7 @@ impl Request {
             Request::Connect { .. } => "connect",
             Request::SearchRoom => "search_room",
             Request::Join(_) => "join",
+            Request::Refresh { .. } => "refresh",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! One player's session, whatever carries it: the loop that reads a message, hands it to the
-//! handler and sends the answer, one at a time, within the server's limits, and that ends the
-//! session when the player leaves, falls silent, breaks the framing, or the server drains.
+//! handler and sends the answer, one at a time, within the server's limits; that tells the
+//! player when its token expires and waits for a refresh; and that ends the session when the
+//! player leaves, falls silent, breaks the framing, is revoked, or the server drains.
 //!
 //! A transport (TCP lines, WebSocket frames) implements [`Transport`]; everything else about a
 //! session is written here once.
@@ -13,7 +14,10 @@ use axum::body::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::handler::{handle, Shared};
-use super::protocol::{refusal, shutdown, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG};
+use super::live::{reauth_required, revoked, still_stands, Due, Holdings, Timers};
+use super::protocol::{
+    refusal, shutdown, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, SESSION_EXPIRED,
+};
 use super::telemetry::{SESSIONS_OPEN, SESSIONS_TOTAL};
 
 /// What a transport read.
@@ -71,10 +75,21 @@ pub(super) async fn serve<T: Transport>(
     tracing::info!(connection, transport = T::NAME, "connection opened");
     let (outcome, how) = run(&mut transport, &shared, connection).await;
     transport.close(how).await;
+    shared.registry.remove(connection);
     shared.leave(connection);
     open.decrement(1.0);
     drop(slot);
     tracing::info!(connection, outcome, "connection closed");
+}
+
+/// What woke the session up.
+enum Wake {
+    /// The transport read something (or the idle timeout passed).
+    Incoming(Result<io::Result<Incoming>, tokio::time::error::Elapsed>),
+    /// Revocations may have been missed: check the tokens again.
+    Recheck,
+    /// The session's clock says something is due.
+    Timer,
 }
 
 /// The message loop; how it ended, and how to close.
@@ -84,17 +99,67 @@ async fn run<T: Transport>(
     connection: u64,
 ) -> (&'static str, Close) {
     let config = &shared.config;
+    let levers = shared.registry.enrol(connection);
+    let mut holdings = Holdings::default();
+    let mut timers = Timers::new(
+        shared.resolver.clock_skew(),
+        config.reauth_grace,
+        config.revalidate,
+    );
     loop {
-        let incoming = tokio::select! {
+        let next = timers.next();
+        let wake = tokio::select! {
             biased;
             () = shared.cut.cancelled() => return ("cut", Close::Normal),
+            () = levers.kick.cancelled() => {
+                let _ = send(transport, &revoked(), shared).await;
+                return ("revoked", Close::Normal);
+            }
             () = shared.draining.cancelled() => {
                 let _ = send(transport, &shutdown(config.shutdown_retry_after), shared).await;
                 return ("shutdown", Close::GoingAway);
             }
-            incoming = tokio::time::timeout(config.idle_timeout, transport.recv()) => incoming,
+            () = levers.recheck.notified() => Wake::Recheck,
+            () = sleep_until(next), if next.is_some() => Wake::Timer,
+            incoming = tokio::time::timeout(config.idle_timeout, transport.recv()) => {
+                Wake::Incoming(incoming)
+            }
         };
-        let answer = match incoming {
+        let incoming = match wake {
+            Wake::Incoming(incoming) => incoming,
+            Wake::Recheck => {
+                if !still_stands(shared, &holdings).await {
+                    let _ = send(transport, &revoked(), shared).await;
+                    return ("revoked", Close::Normal);
+                }
+                continue;
+            }
+            Wake::Timer => match timers.due() {
+                None => continue,
+                Some(Due::Reauth(within)) => {
+                    if send(transport, &reauth_required(within), shared)
+                        .await
+                        .is_err()
+                    {
+                        return ("write_failed", Close::Normal);
+                    }
+                    continue;
+                }
+                Some(Due::Expired) => {
+                    let msg = "no refresh came in time after reauth_required; closing";
+                    let _ = send(transport, &refusal(SESSION_EXPIRED, msg, false), shared).await;
+                    return (SESSION_EXPIRED, Close::Normal);
+                }
+                Some(Due::Revalidate) => {
+                    if !still_stands(shared, &holdings).await {
+                        let _ = send(transport, &revoked(), shared).await;
+                        return ("revoked", Close::Normal);
+                    }
+                    continue;
+                }
+            },
+        };
+        let reply = match incoming {
             Err(_) => {
                 let msg = format!("no message within {:?}; closing", config.idle_timeout);
                 let _ = send(transport, &refusal(IDLE_TIMEOUT, &msg, false), shared).await;
@@ -109,7 +174,7 @@ async fn run<T: Transport>(
                 let _ = send(transport, &refusal(LINE_TOO_LONG, &msg, false), shared).await;
                 return (LINE_TOO_LONG, Close::TooBig);
             }
-            Ok(Ok(Incoming::Unsupported(why))) => refusal(BAD_REQUEST, why, false),
+            Ok(Ok(Incoming::Unsupported(why))) => refusal(BAD_REQUEST, why, false).into(),
             Ok(Ok(Incoming::Message(message))) if message.iter().all(u8::is_ascii_whitespace) => {
                 continue
             }
@@ -117,12 +182,25 @@ async fn run<T: Transport>(
             Ok(Ok(Incoming::Message(message))) => tokio::select! {
                 biased;
                 () = shared.cut.cancelled() => return ("cut", Close::Normal),
-                answer = handle(shared, connection, T::NAME, &message) => answer,
+                reply = handle(shared, connection, &mut holdings, T::NAME, &message) => reply,
             },
         };
-        if send(transport, &answer, shared).await.is_err() {
+        shared.registry.update(connection, &holdings);
+        timers.rearm(&holdings);
+        if send(transport, &reply.message, shared).await.is_err() {
             return ("write_failed", Close::Normal);
         }
+        if reply.close {
+            return ("refused", Close::Normal);
+        }
+    }
+}
+
+/// Sleeps until `at`; `None` never comes (its branch is disabled then).
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

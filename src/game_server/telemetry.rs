@@ -20,6 +20,9 @@ pub const CONNECTIONS_REFUSED_TOTAL: &str = "game_server_connections_refused_tot
 pub const MESSAGES_TOTAL: &str = "game_server_messages_total";
 /// Counter, label `code`: error messages sent (a refused request, or why a connection closed).
 pub const ERRORS_TOTAL: &str = "game_server_errors_total";
+/// Counter: sessions closed because a revocation named them (a logout, a ban, a revoked or
+/// rejected token).
+pub const REVOKED_TOTAL: &str = "game_server_sessions_revoked_total";
 /// Gauge: 1 while the server drains (it accepts no one and tells its clients to go), else 0.
 pub const DRAINING: &str = "game_server_draining";
 

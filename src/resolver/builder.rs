@@ -39,6 +39,7 @@ use crate::user::User;
 /// | [`max_response_bytes`](Self::max_response_bytes) | 64 KiB |
 /// | [`retries`](Self::retries) | 1 |
 /// | [`serve_stale_for`](Self::serve_stale_for) | zero (off) |
+/// | [`clock_skew`](Self::clock_skew) | 30 s |
 /// | [`circuit_breaker`](Self::circuit_breaker) | 5 failures, 2 s cool-down |
 #[derive(Debug, Clone)]
 #[must_use]
@@ -57,6 +58,7 @@ pub struct ResolverBuilder {
     max_response_bytes: usize,
     retries: u32,
     serve_stale_for: Duration,
+    clock_skew: Duration,
     breaker: BreakerConfig,
     shared_cache: Option<RedisTier>,
 }
@@ -78,6 +80,7 @@ impl Default for ResolverBuilder {
             max_response_bytes: 64 * 1024,
             retries: 1,
             serve_stale_for: Duration::ZERO,
+            clock_skew: Duration::from_secs(30),
             breaker: BreakerConfig {
                 threshold: 5,
                 cool_down: Duration::from_secs(2),
@@ -213,6 +216,18 @@ impl ResolverBuilder {
         }
     }
 
+    /// Leeway on every expiry (RFC 7519): a token whose answer (integer `exp`, RFC 7662) or
+    /// JWT payload (`exp`) says it expires at `t` is valid until `t` plus this; an answer
+    /// whose expiry has passed so is `token_rejected`, and none is cached past it. A JWT is
+    /// read only to shorten caching, never to accept anything: no signature is checked.
+    /// Default: 30 s.
+    pub fn clock_skew(self, skew: Duration) -> Self {
+        ResolverBuilder {
+            clock_skew: skew,
+            ..self
+        }
+    }
+
     /// The per-API circuit breaker: after `failures` transient failures in a row (connect
     /// errors, resets, timeouts, 408/429/5xx) resolutions that need that API fail at once with
     /// `auth_unavailable` for `cool_down` (cache hits are still served), then one probe call
@@ -286,6 +301,7 @@ impl ResolverBuilder {
                 flights: Flights::new(),
                 upstream,
                 cache_ttl: self.cache_ttl,
+                clock_skew: self.clock_skew,
                 negative_cache_ttl: self.negative_cache_ttl,
                 counters: Counters::default(),
                 resolutions: telemetry::Resolutions::default(),

@@ -30,12 +30,12 @@ pub use self::request::{ConnectRequest, Identity, JoinRequest};
 pub use self::stats::Stats;
 use self::stats::{Counter, Counters};
 use crate::auth_url::{AllowList, Endpoint};
-use crate::cache::{CacheKey, Cached, KeyRef, Lookup, Tiers};
+use crate::cache::{CacheKey, Cached, KeyRef, Lookup, Revocation, Tiers, TokenFingerprint};
 use crate::error::{ErrorCode, ResolveError};
 use crate::telemetry;
 use crate::token;
 use crate::upstream::{Reply, Upstream};
-use crate::user::User;
+use crate::user::{Expiry, User};
 
 /// Resolves access tokens to users by asking the integrator's `/api/user`, with a cache.
 ///
@@ -69,6 +69,8 @@ struct Inner {
     upstream: Upstream,
     /// Upper bound on how long a user is cached.
     cache_ttl: Duration,
+    /// Leeway on every `exp` (RFC 7519): it counts as passed this long after it.
+    clock_skew: Duration,
     /// How long a rejection is cached.
     negative_cache_ttl: Duration,
     /// The counters behind [`Resolver::stats`].
@@ -351,7 +353,7 @@ impl Resolver {
             .read_through(endpoint, key.token, generation)
             .await
         {
-            return Ok(cached);
+            return Ok(inner.with_token_expiry(cached, key.token));
         }
         let on_request = |usable: bool| {
             inner.counters.bump(Counter::UpstreamCalls);
@@ -365,12 +367,48 @@ impl Resolver {
             .await?
         {
             Reply::User { user, freshness } => {
-                Cached::user(Arc::new(user), freshness.ttl(inner.cache_ttl))
+                inner.until_expiry(user, key.token, freshness.ttl(inner.cache_ttl))
             }
             Reply::Rejected { status } => Cached::rejected(status, inner.negative_cache_ttl),
         };
         inner.cache.store(endpoint, key.token, &cached, generation);
         Ok(cached)
+    }
+
+    /// Every revocation from now on: each invalidation made here ([`invalidate`](Self::invalidate),
+    /// [`invalidate_user`](Self::invalidate_user), [`invalidate_all`](Self::invalidate_all))
+    /// or received from another node through the shared tier, and a
+    /// [`Revocation::Recheck`] when some may have been missed. A game server closes the
+    /// sessions that hold a revoked token or user.
+    ///
+    /// A subscriber that falls more than 1,024 revocations behind is told so by
+    /// [`RecvError::Lagged`](tokio::sync::broadcast::error::RecvError::Lagged): it should then
+    /// re-check everything it holds.
+    pub fn revocations(&self) -> tokio::sync::broadcast::Receiver<Revocation> {
+        self.inner.cache.revocations()
+    }
+
+    /// The name [`Revocation::Token`] gives `access_token` at `auth_url`: keep it beside a
+    /// session to recognise its token in a revocation without keeping the token for that.
+    /// `None` when `auth_url` is not a usable authUrl.
+    pub fn fingerprint(&self, auth_url: &str, access_token: &str) -> Option<TokenFingerprint> {
+        let endpoint = Endpoint::parse(auth_url, true).ok()?;
+        Some(
+            self.inner
+                .cache
+                .fingerprint(endpoint.as_str(), access_token),
+        )
+    }
+
+    /// The leeway on every `exp` ([`ResolverBuilder::clock_skew`]): a token whose expiry is `t`
+    /// is valid until `t` plus this.
+    pub fn clock_skew(&self) -> Duration {
+        self.inner.clock_skew
+    }
+
+    /// The default authUrl's endpoint, for connects and rooms without an authUrl.
+    pub fn default_endpoint(&self) -> Option<&Endpoint> {
+        self.inner.default_endpoint.as_deref()
     }
 
     /// Whether this resolver has a shared tier (feature `redis`, [`ResolverBuilder::shared_cache`]).
@@ -432,6 +470,49 @@ impl Resolver {
         }
     }
 }
+
+impl Inner {
+    /// The entry for an answer: `user`, fresh for `fresh` but no longer than its expiry (the
+    /// answer's `exp` or the token's own, whichever is earlier) plus the clock skew; a
+    /// rejection when that has passed already.
+    fn until_expiry(&self, mut user: User, token: &str, fresh: Duration) -> Cached {
+        user.expires_at = earliest(user.expires_at, token::jwt_expiry(token));
+        match user.expires_at {
+            Some(exp) if exp.has_passed(self.clock_skew) => {
+                Cached::rejected(EXPIRED, self.negative_cache_ttl)
+            }
+            Some(exp) => Cached::user(Arc::new(user), fresh.min(exp.remaining(self.clock_skew))),
+            None => Cached::user(Arc::new(user), fresh),
+        }
+    }
+
+    /// An answer from the shared tier, whose entries do not keep what the token itself says:
+    /// a JWT's expiry is read again (the lifetime left there already took it into account).
+    fn with_token_expiry(&self, cached: Cached, token: &str) -> Cached {
+        match (cached, token::jwt_expiry(token)) {
+            (Cached::User { user, fresh_until }, Some(jwt)) => {
+                let mut user = User::clone(&user);
+                user.expires_at = earliest(user.expires_at, Some(jwt));
+                Cached::User {
+                    user: Arc::new(user),
+                    fresh_until,
+                }
+            }
+            (cached, _) => cached,
+        }
+    }
+}
+
+/// The earlier of two expiries, when either is known.
+fn earliest(a: Option<Expiry>, b: Option<Expiry>) -> Option<Expiry> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The status a rejection carries when the API answered 200 with an `exp` already passed.
+const EXPIRED: u16 = 200;
 
 /// Whether `error` says the API could not be reached, as opposed to what it answered.
 fn is_outage(error: &ResolveError) -> bool {

@@ -90,6 +90,7 @@ mod tests {
             name: "n".into(),
             extra: Default::default(),
             stale: false,
+            expires_at: None,
         };
         for entry in [SharedEntry::User(user), SharedEntry::Rejected(401)] {
             assert_eq!(SharedEntry::decode(entry.encode().as_bytes()), Some(entry));

@@ -11,7 +11,7 @@ use sha2::Sha256;
 
 use super::entry::token_digest;
 use super::SharedCache;
-use crate::cache::{KeyView, Local};
+use crate::cache::{KeyView, Local, Revocation, TokenFingerprint};
 use crate::telemetry::{self, Scope};
 
 /// An invalidation as published on the channel, for every node to apply locally.
@@ -28,24 +28,33 @@ pub(super) enum Invalidation {
 
 impl Invalidation {
     /// Applies another node's invalidation to this node's local tier.
+    /// Applies another node's invalidation to this node's local tier, and tells the local
+    /// subscribers.
     pub(super) fn apply(self, local: &Local, mac: &Hmac<Sha256>) {
-        match self {
+        let revocation = match self {
             Invalidation::Key { endpoint, digest } => {
                 telemetry::count_invalidation(Scope::Token, "remote");
                 local.evict_where(|key, _| {
                     key.endpoint.as_str() == endpoint
                         && token_digest(mac, &endpoint, key.token()) == digest
                 });
+                Revocation::Token {
+                    endpoint,
+                    token: TokenFingerprint::from_digest(digest),
+                }
             }
             Invalidation::User { endpoint, user_id } => {
                 telemetry::count_invalidation(Scope::User, "remote");
                 local.evict_user(&endpoint, user_id);
+                Revocation::User { endpoint, user_id }
             }
             Invalidation::All => {
                 telemetry::count_invalidation(Scope::All, "remote");
                 local.evict_all();
+                Revocation::All
             }
-        }
+        };
+        local.revocations.publish(revocation);
     }
 }
 

@@ -43,7 +43,7 @@ use sha2::Sha256;
 pub use error::RedisTierError;
 pub use tier::RedisTier;
 
-use super::Cached;
+use super::{Cached, TokenFingerprint};
 use crate::error::ConfigError;
 use crate::telemetry;
 use conn::Conn;
@@ -131,6 +131,11 @@ impl SharedCache {
     /// The hex HMAC naming (endpoint, token).
     fn digest(&self, endpoint: &str, token: impl AsRef<[u8]>) -> String {
         token_digest(&self.mac, endpoint, token.as_ref())
+    }
+
+    /// The name revocations give (endpoint, token): the same HMAC on every node.
+    pub(crate) fn fingerprint(&self, endpoint: &str, token: &str) -> TokenFingerprint {
+        TokenFingerprint::from_digest(self.digest(endpoint, token))
     }
 
     /// Local misses answered here, and operations that failed.

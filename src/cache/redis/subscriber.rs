@@ -9,7 +9,8 @@
 //! follows a failover by asking them again.
 //!
 //! A node that is not subscribed when a message is published misses it, so a subscriber that
-//! re-subscribes empties its local tier.
+//! re-subscribes empties its local tier and tells the revocation subscribers to re-check
+//! what they hold.
 
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
@@ -42,6 +43,7 @@ impl SharedCache {
             return;
         };
         let mac = self.mac.clone();
+        let resubscribed = local.clone();
         let apply = move |invalidation: Invalidation| {
             if let Some(local) = local.upgrade() {
                 invalidation.apply(&local, &mac);
@@ -77,7 +79,9 @@ impl SharedCache {
                     }
                 };
                 if !first {
-                    apply(Invalidation::All);
+                    if let Some(local) = resubscribed.upgrade() {
+                        local.resync();
+                    }
                 }
                 first = false;
                 delay = Duration::from_millis(50);
