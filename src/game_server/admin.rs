@@ -1,7 +1,8 @@
 //! The admin listener, apart from the game port, for operators and their tools: `GET /metrics`
 //! (Prometheus text), `GET /healthz` (the process serves), `GET /readyz` (the server takes
 //! players: its game listener accepts, it is not draining, and a configured Redis tier's
-//! invalidation channel is subscribed). Anything else is 404, a wrong method 405.
+//! invalidation channel is subscribed), and, for the integrator, `POST /admin/revoke`
+//! (`revoke`). Anything else is 404, a wrong method 405.
 //!
 //! It has its own small connection cap and deadlines, so a flood or a slow client on it does
 //! not reach the game port. Keep it on loopback or a private network: it is not meant for
@@ -12,16 +13,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 
 use super::handler::Shared;
 use super::http::{self, HttpLimits};
+use super::revoke::{self, AdminSecret};
 use super::telemetry::Metrics;
 use crate::server_task::ServerTask;
 
@@ -42,6 +45,9 @@ pub struct AdminConfig {
     pub header_timeout: Duration,
     /// Longest a request may take, body included; then 408. Default: 10 s.
     pub request_timeout: Duration,
+    /// The secret `POST /admin/revoke` requires; `None` turns the endpoint off (404).
+    /// Default: `None`.
+    pub revoke_secret: Option<AdminSecret>,
 }
 
 impl Default for AdminConfig {
@@ -51,6 +57,7 @@ impl Default for AdminConfig {
             max_connections: 16,
             header_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
+            revoke_secret: None,
         }
     }
 }
@@ -81,6 +88,7 @@ impl RunningAdmin {
 struct AdminState {
     shared: Arc<Shared>,
     metrics: Option<Metrics>,
+    revoke_secret: Option<AdminSecret>,
 }
 
 /// Binds `addr` and serves the admin router for the server whose sessions share `shared`.
@@ -99,6 +107,7 @@ pub(super) async fn spawn(
     let router = router(AdminState {
         shared,
         metrics: config.metrics,
+        revoke_secret: config.revoke_secret,
     });
     let task = ServerTask::spawn(|stopped| http::serve(listener, router, limits, stopped));
     tracing::info!(%local_addr, "admin listener listening");
@@ -110,6 +119,7 @@ fn router(state: AdminState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/admin/revoke", post(revoke))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
@@ -132,6 +142,11 @@ async fn metrics(State(state): State<AdminState>) -> Response {
         )
             .into_response(),
     }
+}
+
+/// `POST /admin/revoke`: see `revoke`.
+async fn revoke(State(state): State<AdminState>, headers: HeaderMap, body: Bytes) -> Response {
+    revoke::revoke(&state.shared, state.revoke_secret.as_ref(), &headers, &body).await
 }
 
 /// `GET /healthz`: 200 while the process serves.
@@ -173,7 +188,7 @@ fn not_ready(shared: &Shared) -> Vec<&'static str> {
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        Json(json!({"error": "not_found", "message": "the admin listener serves /metrics, /healthz and /readyz"})),
+        Json(json!({"error": "not_found", "message": "the admin listener serves /metrics, /healthz, /readyz and /admin/revoke"})),
     )
         .into_response()
 }

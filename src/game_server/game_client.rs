@@ -1,9 +1,13 @@
 //! [`GameClient`]: the game client's end of the protocol over one TCP connection, as a game
-//! would use it and as the tests and the demo do.
+//! would use it and as the tests and the demo do: requests and their answers, and what the
+//! server says on its own ([`Push`]: a revocation, a request to re-authenticate, a shutdown),
+//! with a callback that renews an expiring token in place.
 
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -36,6 +40,13 @@ pub enum GameClientError {
     /// No answer within the client's timeout.
     #[error("no answer from the game server within {0:?}")]
     Timeout(Duration),
+    /// The server revoked the session (a logout, a ban, a rejected token) and closed it: log
+    /// in again.
+    #[error("revoked: {0}")]
+    Revoked(String),
+    /// The server is draining and closed the session: reconnect after this long.
+    #[error("the game server is going away; retry after {0:?}")]
+    Shutdown(Duration),
 }
 
 impl GameClientError {
@@ -57,8 +68,25 @@ pub struct Joined {
     pub user: Option<Player>,
 }
 
+/// What the server said on its own, between answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Push {
+    /// The session's token expired: send a fresh one ([`GameClient::refresh`]) within this
+    /// long, or the session is closed.
+    ReauthRequired(Duration),
+    /// A refresh (sent by the [`on_reauth`](GameClient::on_reauth) callback) went through: the
+    /// session carries on, as this user.
+    Refreshed(Option<Player>),
+}
+
+/// Gives a fresh access token when the server asks for one; `None` lets the session expire.
+type Reauth = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Option<String>> + Send>> + Send>;
+
 /// A client of the game server's protocol over one TCP connection: connect, search rooms,
-/// join. Requests are answered in order, one at a time.
+/// join, refresh. Requests are answered in order, one at a time; what the server says on its
+/// own comes between answers, and a call meets it (a `reauth_required` is answered through
+/// [`on_reauth`](Self::on_reauth); a revocation or a shutdown ends the call with an error).
 pub struct GameClient {
     /// The server's address, for `Debug`.
     peer: SocketAddr,
@@ -68,6 +96,11 @@ pub struct GameClient {
     timeout: Duration,
     /// Reused line buffer.
     line: Vec<u8>,
+    /// Renews the token when the server asks.
+    reauth: Option<Reauth>,
+    /// Refreshes the callback sent whose answers are still to come (after the answer being
+    /// waited for, which was asked first).
+    pending_refreshes: usize,
 }
 
 impl fmt::Debug for GameClient {
@@ -102,7 +135,85 @@ impl GameClient {
             writer,
             timeout,
             line: Vec::new(),
+            reauth: None,
+            pending_refreshes: 0,
         })
+    }
+
+    /// Renews an expiring token in place: when the server says `reauth_required`, `renew` is
+    /// asked for a fresh token, which is sent as a `refresh`; the session stays in its room.
+    /// `renew` giving `None` lets the session expire.
+    pub fn on_reauth<F, Fut>(&mut self, mut renew: F)
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = Option<String>> + Send + 'static,
+    {
+        self.reauth = Some(Box::new(move || Box::pin(renew())));
+    }
+
+    /// Sends `{"type":"refresh"}` with a fresh token for the same user: the user it resolved
+    /// to.
+    ///
+    /// # Errors
+    ///
+    /// [`GameClientError::Refused`] with `refresh_mismatch` (another user: the server closes
+    /// the session) or the resolver's code; I/O, timeout and protocol errors.
+    pub async fn refresh(&mut self, access_token: &str) -> Result<Option<Player>, GameClientError> {
+        let answer = self
+            .call(
+                &json!({"type": "refresh", "access_token": access_token}),
+                "refreshed",
+            )
+            .await?;
+        user_of(&answer)
+    }
+
+    /// Waits, with no deadline, for the next thing the server says on its own: a
+    /// `reauth_required` (answered through [`on_reauth`](Self::on_reauth) when set, and then
+    /// the refresh's outcome, [`Push::Refreshed`], comes next).
+    ///
+    /// # Errors
+    ///
+    /// [`GameClientError::Revoked`] and [`GameClientError::Shutdown`] when the server ends
+    /// the session; a refused refresh; I/O and protocol errors (`Io` with `UnexpectedEof` when
+    /// the server closed).
+    pub async fn next_push(&mut self) -> Result<Push, GameClientError> {
+        loop {
+            let message = self.read_answer().await?;
+            match message["type"].as_str() {
+                Some("reauth_required") => {
+                    let within = Duration::from_millis(message["within_ms"].as_u64().unwrap_or(0));
+                    if !self.renew().await? {
+                        return Ok(Push::ReauthRequired(within));
+                    }
+                }
+                Some("refreshed") if self.pending_refreshes > 0 => {
+                    self.pending_refreshes -= 1;
+                    return Ok(Push::Refreshed(user_of(&message)?));
+                }
+                Some("error") if self.pending_refreshes > 0 => {
+                    self.pending_refreshes -= 1;
+                    return Err(refused(&message));
+                }
+                _ => return Err(ended(&message)),
+            }
+        }
+    }
+
+    /// Asks the callback for a fresh token and sends it; whether one was sent.
+    async fn renew(&mut self) -> Result<bool, GameClientError> {
+        let Some(renew) = self.reauth.as_mut() else {
+            return Ok(false);
+        };
+        let Some(token) = renew().await else {
+            return Ok(false);
+        };
+        let mut line = serde_json::to_vec(&json!({"type": "refresh", "access_token": token}))
+            .map_err(|e| GameClientError::Protocol(e.to_string()))?;
+        line.push(b'\n');
+        self.writer.write_all(&line).await?;
+        self.pending_refreshes += 1;
+        Ok(true)
     }
 
     /// Sets how long each call waits for its answer.
@@ -211,19 +322,67 @@ impl GameClient {
     }
 
     /// One request whose successful answer has type `expected`; an error answer is `Refused`.
+    /// What the server says on its own meanwhile is met on the way (see [`GameClient`]).
     async fn call(&mut self, message: &Value, expected: &str) -> Result<Value, GameClientError> {
-        let answer = self.request(message).await?;
-        match answer["type"].as_str() {
-            Some(t) if t == expected => Ok(answer),
-            Some("error") => Err(GameClientError::Refused {
-                code: answer["error"].as_str().unwrap_or_default().to_owned(),
-                message: answer["message"].as_str().unwrap_or_default().to_owned(),
-            }),
-            _ => Err(GameClientError::Protocol(format!(
-                "expected a {expected:?} answer, got type {}",
-                answer["type"]
-            ))),
+        let timeout = self.timeout;
+        tokio::time::timeout(timeout, self.exchange(message, expected))
+            .await
+            .map_err(|_| GameClientError::Timeout(timeout))?
+    }
+
+    async fn exchange(
+        &mut self,
+        message: &Value,
+        expected: &str,
+    ) -> Result<Value, GameClientError> {
+        // The answers to refreshes sent before this request come before its own.
+        while self.pending_refreshes > 0 {
+            self.next_push().await?;
         }
+        let mut line =
+            serde_json::to_vec(message).map_err(|e| GameClientError::Protocol(e.to_string()))?;
+        line.push(b'\n');
+        self.writer.write_all(&line).await?;
+        loop {
+            let answer = self.read_answer().await?;
+            match answer["type"].as_str() {
+                Some(t) if t == expected => return Ok(answer),
+                // Its refresh was sent after this request: its answer comes after this one.
+                Some("reauth_required") => {
+                    self.renew().await?;
+                }
+                Some("error") => return Err(refused(&answer)),
+                Some("revoked" | "shutdown") => return Err(ended(&answer)),
+                _ => {
+                    return Err(GameClientError::Protocol(format!(
+                        "expected a {expected:?} answer, got type {}",
+                        answer["type"]
+                    )))
+                }
+            }
+        }
+    }
+}
+
+/// An error answer as a refusal.
+fn refused(answer: &Value) -> GameClientError {
+    GameClientError::Refused {
+        code: answer["error"].as_str().unwrap_or_default().to_owned(),
+        message: answer["message"].as_str().unwrap_or_default().to_owned(),
+    }
+}
+
+/// A message that ends the session (or one the protocol does not have) as an error.
+fn ended(message: &Value) -> GameClientError {
+    match message["type"].as_str() {
+        Some("revoked") => {
+            GameClientError::Revoked(message["message"].as_str().unwrap_or_default().to_owned())
+        }
+        Some("shutdown") => GameClientError::Shutdown(Duration::from_millis(
+            message["retry_after_ms"].as_u64().unwrap_or(0),
+        )),
+        Some("error") => refused(message),
+        _ => GameClientError::Protocol(format!("unexpected message of type {}", message["type"])),
     }
 }
 

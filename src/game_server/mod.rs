@@ -57,7 +57,9 @@
 //!   trait the transports implement;
 //! - `tcp`: the TCP transport: accept loop, connection cap, lines;
 //! - `admin`: the admin listener ([`RunningGameServer::spawn_admin`]), served through `http`,
-//!   a bounded HTTP listener;
+//!   a bounded HTTP listener; `revoke`: its `POST /admin/revoke`;
+//! - `live`: live sessions: what each holds, the registry revocations are matched against, the
+//!   revocation listener, and each session's timers (expiry, grace, revalidation);
 //! - [`telemetry`]: the `game_server_*` metric names and [`Metrics`](telemetry::Metrics), the
 //!   Prometheus recorder;
 //! - `game_client`: [`GameClient`], the client's end of the protocol.
@@ -69,6 +71,7 @@ mod handler;
 mod http;
 mod live;
 mod protocol;
+mod revoke;
 mod session;
 mod tcp;
 pub mod telemetry;
@@ -85,12 +88,13 @@ use tokio::net::TcpListener;
 pub use self::admin::{AdminConfig, RunningAdmin};
 use self::config::validate_rooms;
 pub use self::config::{GameServerConfig, GameServerError, RoomConfig};
-pub use self::game_client::{GameClient, GameClientError, Joined};
+pub use self::game_client::{GameClient, GameClientError, Joined, Push};
 use self::handler::{normalised, Room, Shared};
 pub use self::protocol::{
     Player, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, REFRESH_MISMATCH, ROOM_NOT_FOUND,
     SERVER_BUSY, SESSION_EXPIRED,
 };
+pub use self::revoke::{AdminSecret, ShortSecret, MIN_SECRET_BYTES};
 pub use self::websocket::WebSocketConfig;
 use crate::player::{RoomInfo, AUTH_URL_PROPERTY};
 use crate::server_task::ServerTask;

@@ -11,8 +11,8 @@ use std::time::Duration;
 use clap::Args;
 use token_resolver::game_server::telemetry::Metrics;
 use token_resolver::game_server::{
-    AdminConfig, GameServer, GameServerConfig, RoomConfig, RunningAdmin, RunningGameServer,
-    WebSocketConfig,
+    AdminConfig, AdminSecret, GameServer, GameServerConfig, RoomConfig, RunningAdmin,
+    RunningGameServer, WebSocketConfig,
 };
 use token_resolver::{RedisTier, Resolver};
 
@@ -69,6 +69,17 @@ pub(crate) struct GameServerArgs {
     /// Host that rooms advertise to clients (default: the listening IP).
     #[arg(long, value_name = "HOST")]
     pub(crate) advertise_host: Option<String>,
+    /// Leeway, in seconds, on every token expiry (an answer's `exp`, a JWT's `exp`): a token
+    /// is valid until its expiry plus this, and a session is asked to refresh then.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub(crate) clock_skew: u64,
+    /// Seconds a session whose token expired has to send a refresh after reauth_required.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub(crate) reauth_grace: u64,
+    /// Re-resolve each session's tokens every SECS seconds (through the cache) and close the
+    /// sessions whose token is rejected; off unless given.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) revalidate: Option<u64>,
     /// The shared cache tier on Redis.
     #[command(flatten)]
     pub(crate) redis: RedisArgs,
@@ -84,6 +95,13 @@ pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
+        }
+    };
+    let revoke_secret = match admin_secret() {
+        Ok(secret) => secret,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
         }
     };
     let tier = match args.redis.tier() {
@@ -128,6 +146,7 @@ pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
         Some(addr) => {
             let config = AdminConfig {
                 metrics: Some(metrics),
+                revoke_secret,
                 ..AdminConfig::default()
             };
             match running.spawn_admin(addr, config).await {
@@ -150,6 +169,20 @@ pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
         admin.shutdown().await;
     }
     ExitCode::SUCCESS
+}
+
+/// The secret of `POST /admin/revoke`, from `TOKEN_RESOLVER_ADMIN_TOKEN`; none when unset
+/// (revocation is off), a usage error when too short.
+fn admin_secret() -> Result<Option<AdminSecret>, String> {
+    match std::env::var("TOKEN_RESOLVER_ADMIN_TOKEN") {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err("TOKEN_RESOLVER_ADMIN_TOKEN is not valid UTF-8".to_owned())
+        }
+        Ok(secret) => AdminSecret::new(secret)
+            .map(Some)
+            .map_err(|e| format!("TOKEN_RESOLVER_ADMIN_TOKEN: {e}")),
+    }
 }
 
 /// SIGTERM (what an orchestrator sends) or Ctrl-C.
@@ -193,6 +226,8 @@ fn server(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<GameServer, 
         max_connections: args.max_connections,
         idle_timeout: Duration::from_secs(args.idle_timeout),
         advertised_host: args.advertise_host.clone(),
+        reauth_grace: Duration::from_secs(args.reauth_grace),
+        revalidate: args.revalidate.map(Duration::from_secs),
         ..GameServerConfig::default()
     };
     GameServer::new(resolver(args, tier)?, config).map_err(|e| e.to_string())
@@ -202,7 +237,8 @@ fn server(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<GameServer, 
 fn resolver(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<Resolver, String> {
     let mut builder = Resolver::builder()
         .auth_required(args.auth_required)
-        .allow_insecure_http(args.allow_insecure_http);
+        .allow_insecure_http(args.allow_insecure_http)
+        .clock_skew(Duration::from_secs(args.clock_skew));
     if let Some(url) = &args.auth_url {
         builder = builder.default_auth_url(url);
     }
