@@ -72,7 +72,7 @@ struct Contenders {
     endpoint: Arc<str>,
     resolver: Resolver,
     naive: reqwest::Client,
-    cache: moka::sync::Cache<Key, Value>,
+    cache: moka::sync::Cache<Key, Value, support::KeyHasher>,
     hyper: support::HyperClient,
 }
 
@@ -122,10 +122,7 @@ impl Contenders {
                     let user = support::naive_resolve(&self.naive, &self.url, t)
                         .await
                         .expect("a user");
-                    let key = Key {
-                        endpoint: self.endpoint.clone(),
-                        token: t.as_bytes().into(),
-                    };
+                    let key = Key::new(&self.endpoint, t);
                     self.cache.insert(key, Value::answered(user.id, user.name));
                 }
                 Contender::HyperFloor => {

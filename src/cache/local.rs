@@ -6,6 +6,20 @@
 //! never share an entry; a token of up to [`INLINE_TOKEN_BYTES`] is kept inside the key, without
 //! an allocation of its own. What to cache and for how long is decided by the resolver; which
 //! concurrent look-ups share one call is the resolver's `flight`'s business.
+//!
+//! # Hashing
+//!
+//! A hit hashes its key once, with [`KeyHasher`]: foldhash, seeded at random for each cache
+//! (and each in-flight map), over the endpoint's own hash (computed once when the authUrl was
+//! parsed, see [`Endpoint::key_hash`]) and the token's bytes. Players choose their tokens, and
+//! rejected ones are cached too, so the hasher must be keyed: a fixed hash would let a client
+//! pick tokens that all land in one bucket. foldhash is keyed and already in the dependency
+//! tree (through hashbrown); it hashes a 43-byte token in a few dozen instructions where
+//! SipHash-1-3, std's default, took ~500 for the endpoint and the token. Its resistance is the
+//! "minimal" kind its authors describe: an attacker who does not know the seed cannot make keys
+//! collide, one who could watch hash outputs could learn it. The cache never shows a hash, and
+//! an attacker's keys each cost an upstream call under the slot limit, so we take that trade;
+//! equality always compares the whole token and endpoint, so a collision only ever costs time.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -19,8 +33,12 @@ use smallvec::SmallVec;
 use crate::auth_url::Endpoint;
 use crate::user::User;
 
+/// The keyed hasher of the cache and of the in-flight map: foldhash with a random seed per
+/// instance (see the module docs for why this one).
+pub(crate) type KeyHasher = foldhash::fast::RandomState;
+
 /// The cache itself.
-pub(crate) type Cache = moka::sync::Cache<CacheKey, Cached>;
+pub(crate) type Cache = moka::sync::Cache<CacheKey, Cached, KeyHasher>;
 
 /// A cache holding at most `capacity` entries, each expiring at its own deadline; users are
 /// kept `stale_for` longer, as a fallback for when the API is unavailable.
@@ -28,7 +46,7 @@ pub(crate) fn new_cache(capacity: u64, stale_for: Duration) -> Cache {
     moka::sync::Cache::builder()
         .max_capacity(capacity)
         .expire_after(PerEntryTtl { stale_for })
-        .build()
+        .build_with_hasher(KeyHasher::default())
 }
 
 /// Tokens up to this many bytes live inside their key: a 32-byte secret in base64url is 43.
@@ -37,22 +55,25 @@ pub(crate) const INLINE_TOKEN_BYTES: usize = 48;
 
 /// The two parts of a key, whether owned or borrowed.
 pub(crate) trait KeyView {
-    /// The normalised endpoint URL.
-    fn endpoint(&self) -> &str;
+    /// The normalised endpoint.
+    fn endpoint(&self) -> &Endpoint;
     /// The access token's bytes.
     fn token(&self) -> &[u8];
 }
 
 impl Hash for dyn KeyView + '_ {
+    /// The endpoint's precomputed hash and the token: one pass over the token's bytes.
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.endpoint().hash(state);
-        self.token().hash(state);
+        state.write_u64(self.endpoint().key_hash());
+        state.write(self.token());
     }
 }
 
 impl PartialEq for dyn KeyView + '_ {
     fn eq(&self, other: &Self) -> bool {
-        self.token() == other.token() && self.endpoint() == other.endpoint()
+        let (a, b) = (self.endpoint(), other.endpoint());
+        // Keys of one configured authUrl share its `Endpoint`: no string comparison then.
+        self.token() == other.token() && (std::ptr::eq(a, b) || a.as_str() == b.as_str())
     }
 }
 
@@ -77,8 +98,8 @@ impl CacheKey {
 }
 
 impl KeyView for CacheKey {
-    fn endpoint(&self) -> &str {
-        self.endpoint.as_str()
+    fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
     fn token(&self) -> &[u8] {
         &self.token
@@ -116,12 +137,12 @@ impl fmt::Debug for CacheKey {
 
 /// A borrowed key, for look-ups that allocate nothing.
 pub(crate) struct KeyRef<'a> {
-    pub(crate) endpoint: &'a str,
+    pub(crate) endpoint: &'a Endpoint,
     pub(crate) token: &'a str,
 }
 
 impl KeyView for KeyRef<'_> {
-    fn endpoint(&self) -> &str {
+    fn endpoint(&self) -> &Endpoint {
         self.endpoint
     }
     fn token(&self) -> &[u8] {
@@ -270,10 +291,14 @@ mod tests {
         Cached::user(user, fresh)
     }
 
+    fn endpoint(url: &str) -> Endpoint {
+        Endpoint::parse(url, false).unwrap()
+    }
+
     /// The entry for `token` at `https://a.example`, looked up by a borrowed key.
     fn at_a(cache: &Cache, token: &str) -> Option<Cached> {
         cache.get(&KeyRef {
-            endpoint: "https://a.example/api/user",
+            endpoint: &endpoint("https://a.example"),
             token,
         } as &dyn KeyView)
     }
@@ -286,7 +311,7 @@ mod tests {
             user(1, Duration::from_secs(60)),
         );
         let found = cache.get(&KeyRef {
-            endpoint: "https://a.example/api/user",
+            endpoint: &endpoint("https://a.example/api/user"),
             token: "tok",
         } as &dyn KeyView);
         assert_eq!(found.and_then(|c| c.user_id()), Some(1));
@@ -299,13 +324,15 @@ mod tests {
             key("https://a.example", "tok"),
             user(1, Duration::from_secs(60)),
         );
+        let b = endpoint("https://b.example");
         let other = KeyRef {
-            endpoint: "https://b.example/api/user",
+            endpoint: &b,
             token: "tok",
         };
         assert!(cache.get(&other as &dyn KeyView).is_none());
+        let a = endpoint("https://a.example");
         let prefix = KeyRef {
-            endpoint: "https://a.example/api/user",
+            endpoint: &a,
             token: "to",
         };
         assert!(cache.get(&prefix as &dyn KeyView).is_none());
@@ -390,6 +417,22 @@ mod tests {
         assert!(far.fresh_until() > Deadline::after(five_centuries));
         assert!(!far.fresh_until().has_passed());
         assert!(far.fresh_until().left_after(Instant::now()) > five_centuries);
+    }
+
+    #[test]
+    fn an_endpoint_parsed_again_finds_the_same_entry() {
+        let cache = new_cache(10, Duration::ZERO);
+        cache.insert(
+            key("https://a.example", "tok"),
+            user(1, Duration::from_secs(60)),
+        );
+        // Another `Endpoint` value, written differently: equal by its URL, not its address.
+        let again = endpoint("HTTPS://A.example:443/");
+        let found = cache.get(&KeyRef {
+            endpoint: &again,
+            token: "tok",
+        } as &dyn KeyView);
+        assert_eq!(found.and_then(|c| c.user_id()), Some(1));
     }
 
     #[test]

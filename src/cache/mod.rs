@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use local::{CacheKey, Cached, KeyRef, KeyView};
+pub(crate) use local::{CacheKey, Cached, KeyHasher, KeyRef, KeyView};
 #[cfg(feature = "redis")]
 pub use redis::RedisTier;
 
@@ -157,11 +157,11 @@ impl Tiers {
     }
 
     /// Drops one token's answer at `endpoint` in every tier and on every node.
-    pub(crate) fn invalidate_token(&self, endpoint: &str, token: &str) {
+    pub(crate) fn invalidate_token(&self, endpoint: &Endpoint, token: &str) {
         self.local.evict_token(endpoint, token);
         #[cfg(feature = "redis")]
         if let Some(shared) = &self.shared {
-            shared.delete(endpoint, token);
+            shared.delete(endpoint.as_str(), token);
         }
     }
 
@@ -252,7 +252,7 @@ impl Local {
         true
     }
 
-    fn evict_token(&self, endpoint: &str, token: &str) {
+    fn evict_token(&self, endpoint: &Endpoint, token: &str) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.cache
             .invalidate(&KeyRef { endpoint, token } as &dyn KeyView);

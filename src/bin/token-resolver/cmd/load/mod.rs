@@ -223,7 +223,7 @@ fn subjects(args: &LoadArgs, base: &str, endpoint: &Endpoint) -> Result<Vec<Subj
     if endpoint.url().scheme() == "http" {
         let uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
         subjects.push(Subject::Hyper {
-            client: hyper_client(),
+            client: Box::new(hyper_client()),
             uri,
         });
     }
