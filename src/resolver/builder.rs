@@ -16,7 +16,7 @@ use crate::cache::{TierSettings, Tiers};
 use crate::error::ConfigError;
 use crate::telemetry;
 use crate::upstream::breaker::{BreakerConfig, Breakers};
-use crate::upstream::Upstream;
+use crate::upstream::{FirstContacts, Upstream};
 #[cfg(doc)]
 use crate::{Identity, User};
 /// Configures a [`Resolver`]. Every setter takes and returns the builder; [`build`](Self::build)
@@ -311,6 +311,7 @@ impl ResolverBuilder {
             breakers: Breakers::new(self.breaker),
             slots: Semaphore::new(self.max_concurrent_requests),
             queue_timeout: self.queue_timeout,
+            first_contacts: self.http2.then(FirstContacts::default),
         };
         let cache = Tiers::new(TierSettings {
             capacity: self.max_cache_entries,

@@ -9,6 +9,8 @@
 
 pub(crate) mod breaker;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use reqwest::header::{
@@ -16,7 +18,7 @@ use reqwest::header::{
 };
 use reqwest::{Method, Request, Response, StatusCode};
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
 
 use self::breaker::{Breakers, Outcome};
 use crate::answer::{parse_cache_control, parse_user, Freshness};
@@ -54,6 +56,32 @@ pub(crate) struct Upstream {
     pub(crate) slots: Semaphore,
     /// Longest wait for a slot before `overloaded`.
     pub(crate) queue_timeout: Duration,
+    /// With HTTP/2 on: each API's first call goes alone (see [`FirstContacts`]).
+    pub(crate) first_contacts: Option<FirstContacts>,
+}
+
+/// Makes the first call to each API go alone, the calls that arrive meanwhile waiting for it.
+///
+/// With HTTP/2 offered through ALPN, the HTTP client cannot know before a connection is up that
+/// it will carry every call, so a cold start (an empty cache, hundreds of calls at once) would
+/// open a connection, and make a TLS handshake, per call in flight, each then an HTTP/2
+/// connection of its own. Once the first call has an answer the connection exists (as HTTP/2,
+/// or HTTP/1.1 if the API did not take HTTP/2) and the waiting calls share it. A first call
+/// that could not connect lets the next one try; waiters hold no slot.
+#[derive(Debug, Default)]
+pub(crate) struct FirstContacts {
+    /// Per origin: set once a call to it has got an answer.
+    origins: Mutex<HashMap<String, Arc<OnceCell<()>>>>,
+}
+
+impl FirstContacts {
+    fn cell(&self, origin: &str) -> Arc<OnceCell<()>> {
+        let mut origins = self.origins.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(cell) = origins.get(origin) {
+            return cell.clone();
+        }
+        origins.entry(origin.to_owned()).or_default().clone()
+    }
 }
 
 /// How one try went wrong.
@@ -80,6 +108,43 @@ impl Upstream {
     /// `auth_unavailable` when the breaker is open or the tries ran out, `overloaded` when no
     /// slot came free, `auth_timeout`, or the answer's own error (`auth_bad_response`).
     pub(crate) async fn call(
+        &self,
+        endpoint: &Endpoint,
+        token: &str,
+        on_request: &(dyn Fn(bool) + Sync),
+    ) -> Result<Reply, ResolveError> {
+        let Some(first_contacts) = &self.first_contacts else {
+            return self.call_admitted(endpoint, token, on_request).await;
+        };
+        let cell = first_contacts.cell(endpoint.origin());
+        if !cell.initialized() {
+            // The first caller's own call is the cell's initialiser; callers meanwhile wait
+            // for it, and the next one tries if it did not connect.
+            let mut first = None;
+            let _ = cell
+                .get_or_try_init(|| async {
+                    let result = self.call_admitted(endpoint, token, on_request).await;
+                    let connected = !matches!(
+                        &result,
+                        Err(ResolveError::AuthUnavailable { .. } | ResolveError::AuthTimeout { .. })
+                    );
+                    first = Some(result);
+                    if connected {
+                        Ok(())
+                    } else {
+                        Err(())
+                    }
+                })
+                .await;
+            if let Some(result) = first {
+                return result;
+            }
+        }
+        self.call_admitted(endpoint, token, on_request).await
+    }
+
+    /// [`call`](Self::call), once past the first-contact gate.
+    async fn call_admitted(
         &self,
         endpoint: &Endpoint,
         token: &str,

@@ -29,6 +29,7 @@
 //! - `rows`: who resolves in a row, and running one;
 //! - `fill`: the bytes-per-entry fill;
 //! - `progress`: the progress bar and the process's memory readings;
+//! - `storm` (`--storm`): a cold start over HTTPS, its own table;
 //! - `baselines` (`benches/support/baselines.rs`, shared with the benches): the loopback
 //!   upstream and the hand-written baselines.
 
@@ -37,6 +38,7 @@ mod baselines;
 mod fill;
 mod progress;
 mod rows;
+mod storm;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -94,6 +96,22 @@ pub(crate) struct LoadArgs {
     /// Cache entries for the bytes-per-entry fill; 0 skips it.
     #[arg(long, default_value_t = 1_000_000)]
     pub(crate) fill: u64,
+    /// Run the cold-start storm over HTTPS instead of the table and the fill: an empty cache,
+    /// --storm-tokens distinct tokens at --storm-concurrency, against the reference API over TLS.
+    #[arg(long)]
+    pub(crate) storm: bool,
+    /// Distinct tokens in the storm, each resolved once.
+    #[arg(long, default_value_t = 20_000)]
+    pub(crate) storm_tokens: usize,
+    /// Concurrent tasks in the storm.
+    #[arg(long, default_value_t = 512)]
+    pub(crate) storm_concurrency: usize,
+    /// Service time of /api/user in the storm, in milliseconds.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) storm_latency_ms: u64,
+    /// The resolver's max_concurrent_requests in the storm, and the floor's connections.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) storm_slots: usize,
 }
 
 /// Runs the table and the fill, printing them on stdout.
@@ -108,6 +126,20 @@ pub(crate) async fn run(args: LoadArgs) -> ExitCode {
 }
 
 async fn run_inner(args: LoadArgs) -> Result<(), String> {
+    if args.storm {
+        if args.storm_tokens == 0 || args.storm_concurrency == 0 || args.storm_slots == 0 {
+            return Err(
+                "--storm-tokens, --storm-concurrency and --storm-slots must be at least 1".into(),
+            );
+        }
+        return storm::run(storm::Storm {
+            tokens: args.storm_tokens,
+            concurrency: args.storm_concurrency,
+            latency: Duration::from_millis(args.storm_latency_ms),
+            slots: args.storm_slots,
+        })
+        .await;
+    }
     if args.tokens == 0 || args.requests == 0 || args.concurrency == 0 {
         return Err("--tokens, --requests and --concurrency must be at least 1".into());
     }
