@@ -202,8 +202,9 @@ impl Value {
     }
 }
 
-/// Derives each entry's lifetime from its deadline, as the resolver's cache does.
-struct PerEntryTtl;
+/// Derives each entry's lifetime from its deadline, as the resolver's cache did before it
+/// moved to one time to live per cache (moka's per-entry expiry costs every read).
+pub struct PerEntryTtl;
 
 impl moka::Expiry<Key, Value> for PerEntryTtl {
     fn expire_after_create(&self, _: &Key, value: &Value, now: Instant) -> Option<Duration> {
@@ -216,11 +217,11 @@ impl moka::Expiry<Key, Value> for PerEntryTtl {
 /// The resolver cache's hasher: foldhash, randomly seeded per cache.
 pub type KeyHasher = foldhash::fast::RandomState;
 
-/// A bare moka cache configured as the resolver configures its own: capacity, a per-entry
+/// A bare moka cache configured as the resolver configures its users' cache: capacity, one
 /// time to live, the same hasher.
 pub fn moka_cache(capacity: u64) -> moka::sync::Cache<Key, Value, KeyHasher> {
     moka::sync::Cache::builder()
         .max_capacity(capacity)
-        .expire_after(PerEntryTtl)
+        .time_to_live(Duration::from_secs(3600))
         .build_with_hasher(KeyHasher::default())
 }

@@ -46,8 +46,11 @@ pub(crate) struct TierSettings {
     pub(crate) capacity: u64,
     /// How long a user outlives its freshness locally, as a fallback (`serve_stale_for`).
     pub(crate) stale_for: Duration,
-    /// The longest any answer is kept (`cache_ttl`): bounds the shared tier's user indexes.
+    /// The longest a user is fresh (`cache_ttl`): the local tier's time to live for users, and
+    /// the bound of the shared tier's user indexes.
     pub(crate) cache_ttl: Duration,
+    /// How long a rejection is kept (`negative_cache_ttl`).
+    pub(crate) negative_ttl: Duration,
     /// The shared tier, if any.
     #[cfg(feature = "redis")]
     pub(crate) shared: Option<RedisTier>,
@@ -76,7 +79,12 @@ pub(crate) struct Tiers {
 impl Tiers {
     pub(crate) fn new(settings: TierSettings) -> Result<Tiers, ConfigError> {
         let local = Arc::new(Local {
-            cache: local::new_cache(settings.capacity, settings.stale_for),
+            cache: local::Cache::new(
+                settings.capacity,
+                settings.cache_ttl,
+                settings.negative_ttl,
+                settings.stale_for,
+            ),
             keeps_stale: !settings.stale_for.is_zero(),
             generation: AtomicU64::new(0),
         });
@@ -85,8 +93,6 @@ impl Tiers {
             .shared
             .map(|tier| redis::SharedCache::new(tier, settings.cache_ttl))
             .transpose()?;
-        #[cfg(not(feature = "redis"))]
-        let _ = settings.cache_ttl;
         Ok(Tiers {
             local,
             #[cfg(feature = "redis")]
@@ -96,6 +102,7 @@ impl Tiers {
 
     /// The local tier's answer for `key`, telling fresh entries from ones kept only as a
     /// fallback. The hit path: no clock is read unless stale serving is on.
+    #[inline]
     pub(crate) fn lookup(&self, key: &KeyRef<'_>) -> Lookup {
         self.local.lookup(key)
     }
@@ -219,6 +226,7 @@ impl Tiers {
 }
 
 impl Local {
+    #[inline]
     fn lookup(&self, key: &KeyRef<'_>) -> Lookup {
         match self.cache.get(key as &dyn KeyView) {
             None => Lookup::Absent,
@@ -247,7 +255,7 @@ impl Local {
             return false;
         }
         self.cache
-            .insert(CacheKey::new(endpoint.clone(), token), cached.clone());
+            .insert(CacheKey::new(endpoint.clone(), token), cached);
         self.publish_entries();
         true
     }
@@ -282,7 +290,7 @@ impl Local {
             .map(|(key, _)| key)
             .collect();
         for key in keys {
-            self.cache.invalidate(&*key);
+            self.cache.invalidate(&*key as &dyn KeyView);
         }
         self.publish_entries();
     }

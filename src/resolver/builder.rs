@@ -317,6 +317,7 @@ impl ResolverBuilder {
             capacity: self.max_cache_entries,
             stale_for: self.serve_stale_for,
             cache_ttl: self.cache_ttl,
+            negative_ttl: self.negative_cache_ttl,
             #[cfg(feature = "redis")]
             shared: self.shared_cache,
         })?;

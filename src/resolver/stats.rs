@@ -52,8 +52,11 @@ pub(crate) enum Counter {
 
 const COUNTERS: usize = Counter::StaleServed as usize + 1;
 
-/// Stripes per counter set: threads take them in turn, so up to this many threads never share.
-const STRIPES: usize = 16;
+/// Stripes owned by one thread each: the first threads to count take one each, alone.
+const OWNED: usize = 16;
+
+/// Stripes per counter set: the owned ones, then a few that every later thread shares.
+const STRIPES: usize = OWNED + 4;
 
 /// A set of counters, each split into per-thread stripes.
 #[derive(Default)]
@@ -62,9 +65,19 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    /// Adds one to `counter`, on this thread's stripe.
+    /// Adds one to `counter`, on this thread's stripe. A thread that owns its stripe alone
+    /// (one of the first [`OWNED`] threads to count) adds with a plain load and store: it is the
+    /// stripe's only writer, and a locked add costs a cache hit some 5%. Later threads share
+    /// the remaining stripes and add atomically.
+    #[inline]
     pub(crate) fn bump(&self, counter: Counter) {
-        self.stripes[stripe()][counter as usize].fetch_add(1, Ordering::Relaxed);
+        let (stripe, owned) = stripe();
+        let cell = &self.stripes[stripe][counter as usize];
+        if owned {
+            cell.store(cell.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        } else {
+            cell.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The count so far, summed over the stripes.
@@ -76,11 +89,19 @@ impl Counters {
     }
 }
 
-/// This thread's stripe, handed out in turn as threads first count.
-fn stripe() -> usize {
+/// This thread's stripe, handed out in turn as threads first count, and whether this thread
+/// is the only one ever given it.
+fn stripe() -> (usize, bool) {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
-        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+        static STRIPE: (usize, bool) = {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            if n < OWNED {
+                (n, true)
+            } else {
+                (OWNED + n % (STRIPES - OWNED), false)
+            }
+        };
     }
     STRIPE.with(|stripe| *stripe)
 }
@@ -110,7 +131,7 @@ mod tests {
     #[test]
     fn a_thread_keeps_its_stripe() {
         let mine = stripe();
-        assert!(mine < STRIPES);
+        assert!(mine.0 < STRIPES);
         assert!((0..100).all(|_| stripe() == mine));
     }
 }
