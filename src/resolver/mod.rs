@@ -213,8 +213,9 @@ impl Resolver {
         // time in store-to-load stalls. Only while nothing listens at DEBUG, where the span
         // below would be disabled anyway (a hit then has nothing to record).
         let quiet = !tracing::level_enabled!(tracing::Level::DEBUG);
+        let mut seen = None;
         if quiet {
-            if let Some(user) = self.try_hit(target, token) {
+            if let Some(user) = self.try_hit(target, token, &mut seen) {
                 self.inner.resolutions.count_hit();
                 return Ok(user);
             }
@@ -232,12 +233,12 @@ impl Resolver {
         if span.is_disabled() {
             // DEBUG is on for other targets only: the same fast answer.
             if !quiet {
-                if let Some(user) = self.try_hit(target, token) {
+                if let Some(user) = self.try_hit(target, token, &mut seen) {
                     self.inner.resolutions.count_hit();
                     return Ok(user);
                 }
             }
-            let result = self.resolve_inner(target, token, &span).await;
+            let result = self.resolve_inner(target, token, &span, seen).await;
             let label = match &result {
                 Ok((_, outcome)) => outcome.as_str(),
                 Err((error, _)) => error.code().as_str(),
@@ -246,7 +247,7 @@ impl Resolver {
             return result.map(|(user, _)| user).map_err(|(error, _)| error);
         }
         let result = self
-            .resolve_inner(target, token, &span)
+            .resolve_inner(target, token, &span, None)
             .instrument(span.clone())
             .await;
         let label = match &result {
@@ -269,9 +270,15 @@ impl Resolver {
 
     /// A fresh cached user for `target` and `token`, counted as a hit; `None` for anything
     /// else (a miss, a rejection, a refused authUrl or token), which `resolve_inner` then
-    /// works out and reports.
+    /// works out and reports. What the cache said when it was not a hit is left in `seen`, so
+    /// that `resolve_inner` does not ask it again.
     #[inline]
-    fn try_hit(&self, target: Target<'_>, token: &str) -> Option<Arc<User>> {
+    fn try_hit(
+        &self,
+        target: Target<'_>,
+        token: &str,
+        seen: &mut Option<Lookup>,
+    ) -> Option<Arc<User>> {
         let inner = &*self.inner;
         let endpoint = match target {
             Target::Url(url) => inner.allow.check(url).ok()?,
@@ -287,11 +294,22 @@ impl Resolver {
                 inner.counters.bump(Counter::Hits);
                 Some(user)
             }
-            _ => None,
+            other => {
+                *seen = Some(other);
+                None
+            }
         }
     }
 
-    async fn resolve_inner(&self, target: Target<'_>, token: &str, span: &Span) -> Resolution {
+    /// A resolution from the start, or from `seen`, the cache's answer for this key when
+    /// `try_hit` already asked.
+    async fn resolve_inner(
+        &self,
+        target: Target<'_>,
+        token: &str,
+        span: &Span,
+        seen: Option<Lookup>,
+    ) -> Resolution {
         let inner = &*self.inner;
         let endpoint = match target {
             Target::Url(url) => inner.allow.check(url),
@@ -315,7 +333,7 @@ impl Resolver {
             endpoint: &endpoint,
             token,
         };
-        let stale = match inner.cache.lookup(&key) {
+        let stale = match seen.unwrap_or_else(|| inner.cache.lookup(&key)) {
             Lookup::Fresh(Cached::User { user, .. }) => {
                 inner.counters.bump(Counter::Hits);
                 return Ok((user, CacheOutcome::Hit));
