@@ -6,9 +6,11 @@
 //! invalidations here, in Redis and (through Redis's channel) on every other node. The
 //! resolver decides what to cache and for how long; it never needs to know which tiers exist.
 //!
-//! - [`local`]: keys, entries and per-entry expiry on top of moka.
+//! - [`key`]: keys and their keyed hashing.
+//! - [`local`]: entries and their lifetimes, in two moka caches.
 //! - `redis` (feature `redis`): the shared tier, its keys, and the invalidation channel.
 
+pub(crate) mod key;
 pub(crate) mod local;
 #[cfg(feature = "redis")]
 mod redis;
@@ -17,7 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use local::{CacheKey, Cached, KeyHasher, KeyRef, KeyView};
+pub(crate) use key::{CacheKey, KeyHasher, KeyRef, KeyView};
+pub(crate) use local::Cached;
 #[cfg(feature = "redis")]
 pub use redis::RedisTier;
 

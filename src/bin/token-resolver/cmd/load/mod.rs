@@ -86,7 +86,7 @@ pub(crate) struct LoadArgs {
     pub(crate) requests: usize,
     /// Rounds of the two cached rows (the resolver, the hand-written cache), run alternately,
     /// each with a fresh cache; the table shows each one's median round, and the ratio is the
-    /// median of the per-round ratios.
+    /// median of the per-round ratios. With --storm: rounds of its three rows, likewise.
     #[arg(long, default_value_t = 5)]
     pub(crate) rounds: usize,
     /// Concurrent tasks per row.
@@ -145,6 +145,7 @@ async fn run_inner(args: LoadArgs) -> Result<(), String> {
             concurrency: args.storm_concurrency,
             latency: Duration::from_millis(args.storm_latency_ms),
             slots: args.storm_slots,
+            rounds: args.rounds.max(1),
         })
         .await;
     }
@@ -180,29 +181,7 @@ async fn run_inner(args: LoadArgs) -> Result<(), String> {
     println!();
     println!("| row | resolutions/s | p50 | p99 | upstream calls | errors | peak RSS |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
-    let rounds = args.rounds.max(1);
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-    for round in 0..rounds {
-        // Each round with fresh caches, in alternating order, so that neither row always runs
-        // on a warmer or a busier machine.
-        let [resolver, hand_written] = cached_subjects(&args, &base, &endpoint)?;
-        let mut pair = [(true, resolver), (false, hand_written)];
-        if round % 2 == 1 {
-            pair.reverse();
-        }
-        for (is_ours, subject) in pair {
-            let row = run_row(Arc::new(subject), &plan, args.concurrency).await;
-            if is_ours {
-                ours.push(row)
-            } else {
-                theirs.push(row)
-            }
-        }
-    }
-    let mut ratios: Vec<f64> = (0..rounds)
-        .map(|r| ours[r].per_second / theirs[r].per_second)
-        .collect();
-    ratios.sort_by(f64::total_cmp);
+    let (ours, theirs, ratios) = cached_rounds(&args, &base, &endpoint, &plan).await?;
     let mut throughput = Vec::new();
     for rows in [ours, theirs] {
         let row = median_row(rows);
@@ -214,29 +193,7 @@ async fn run_inner(args: LoadArgs) -> Result<(), String> {
         println!("{}", row.line());
         throughput.push((row.label, row.per_second));
     }
-    println!();
-    println!(
-        "token-resolver / reqwest + moka (hand-written), same rounds: median {:.2}x over {rounds} \
-         rounds ({:.2}x-{:.2}x); target >= 1.0x -> {}",
-        ratios[rounds / 2],
-        ratios[0],
-        ratios[rounds - 1],
-        if ratios[rounds / 2] >= 1.0 {
-            "met"
-        } else {
-            "MISSED"
-        }
-    );
-    if let [(_, ours), _, rest @ ..] = &throughput[..] {
-        let ratios: Vec<String> = rest
-            .iter()
-            .map(|(label, theirs)| format!("{:.1}x {label}", ours / theirs))
-            .collect();
-        println!(
-            "token-resolver throughput (median round): {}",
-            ratios.join(", ")
-        );
-    }
+    print_ratios(&ratios, &throughput);
 
     if args.fill > 0 {
         fill::fill(args.fill, args.concurrency).await?;
@@ -278,6 +235,65 @@ async fn plan(args: &LoadArgs, base: &str) -> Result<Plan, String> {
         tokens: all_tokens,
         pool,
     })
+}
+
+/// The ratio lines under the table: the resolver to the hand-written cache (the per-round
+/// ratios, sorted), and its median round to each uncached row.
+fn print_ratios(ratios: &[f64], throughput: &[(&str, f64)]) {
+    let rounds = ratios.len();
+    let median = ratios[rounds / 2];
+    println!();
+    println!(
+        "token-resolver / reqwest + moka (hand-written), same rounds: median {median:.2}x over \
+         {rounds} rounds ({:.2}x-{:.2}x); target >= 1.0x -> {}",
+        ratios[0],
+        ratios[rounds - 1],
+        if median >= 1.0 { "met" } else { "MISSED" }
+    );
+    if let [(_, ours), _, rest @ ..] = throughput {
+        let ratios: Vec<String> = rest
+            .iter()
+            .map(|(label, theirs)| format!("{:.1}x {label}", ours / theirs))
+            .collect();
+        println!(
+            "token-resolver throughput (median round): {}",
+            ratios.join(", ")
+        );
+    }
+}
+
+/// The resolver's and the hand-written cache's rows over `--rounds` rounds, and the sorted
+/// per-round ratios of their throughput.
+async fn cached_rounds(
+    args: &LoadArgs,
+    base: &str,
+    endpoint: &Endpoint,
+    plan: &Arc<Plan>,
+) -> Result<(Vec<rows::Row>, Vec<rows::Row>, Vec<f64>), String> {
+    let rounds = args.rounds.max(1);
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        // Each round with fresh caches, in alternating order, so that neither row always runs
+        // on a warmer or a busier machine.
+        let [resolver, hand_written] = cached_subjects(args, base, endpoint)?;
+        let mut pair = [(true, resolver), (false, hand_written)];
+        if round % 2 == 1 {
+            pair.reverse();
+        }
+        for (is_ours, subject) in pair {
+            let row = run_row(Arc::new(subject), plan, args.concurrency).await;
+            if is_ours {
+                ours.push(row)
+            } else {
+                theirs.push(row)
+            }
+        }
+    }
+    let mut ratios: Vec<f64> = (0..rounds)
+        .map(|r| ours[r].per_second / theirs[r].per_second)
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    Ok((ours, theirs, ratios))
 }
 
 /// The cached rows, each with a fresh cache: the resolver and the hand-written cache.
