@@ -23,7 +23,8 @@
 //! - `resolver/`: [`Resolver`] and the resolve path; [`ResolverBuilder`], every setting;
 //!   [`ConnectRequest`], [`JoinRequest`] and the [`Identity`] they resolve to; coalescing of
 //!   concurrent look-ups (`flight`); [`Stats`].
-//! - `cache/`: the cache as one type over its tiers: the local moka cache (`local`) and, with
+//! - `cache/`: the cache as one type over its tiers: keys and their keyed hashing (`key`), the
+//!   local moka caches (`local`) and, with
 //!   feature `redis`, the shared tier on Redis (`redis`, configured by [`RedisTier`]) with
 //!   cluster-wide invalidation.
 //! - `upstream/`: the HTTP call to `/api/user`, admitted once by the per-API circuit breaker
@@ -43,7 +44,8 @@
 //!   and takes an access token.
 //! - [`game_server`] (feature `reference-api`): a runnable game server embedding the resolver,
 //!   and [`GameClient`](game_server::GameClient), its client.
-//! - [`reference_api`] (feature `reference-api`): a reference integrator web API.
+//! - [`reference_api`] (feature `reference-api`): a reference integrator web API, over HTTP or
+//!   HTTPS, HTTP/1.1 and HTTP/2.
 //! - [`check`] (feature `reference-api`): the conformance checker an integrator runs against
 //!   their own user information API.
 //!
