@@ -24,9 +24,8 @@
 //!   [`ConnectRequest`], [`JoinRequest`] and the [`Identity`] they resolve to; coalescing of
 //!   concurrent look-ups (`flight`); [`Stats`].
 //! - `cache/`: the cache as one type over its tiers: keys and their keyed hashing (`key`), the
-//!   local moka caches (`local`) and, with
-//!   feature `redis`, the shared tier on Redis (`redis`, configured by [`RedisTier`]) with
-//!   cluster-wide invalidation.
+//!   local moka caches (`local`) and, with feature `redis`, the shared tier on Redis (`redis`,
+//!   configured by [`RedisTier`]) with cluster-wide invalidation.
 //! - `upstream/`: the HTTP call to `/api/user`, admitted once by the per-API circuit breaker
 //!   (`breaker`) and the slot limit, with its deadline, retries and body cap.
 //! - `auth_url`: an authUrl parsed into an [`Endpoint`], and the allowlist.
