@@ -26,7 +26,9 @@ pub struct Stats {
     /// Upstream requests that got no usable answer (transport error, or a status other than
     /// 200, 401 and 403, or a bad body).
     pub upstream_errors: u64,
-    /// Entries in the cache now (users and rejections; expired ones may linger briefly).
+    /// Entries in the cache now (users and rejections). An entry that expired before its
+    /// cache's time to live (an answer with a shorter `max-age`) is no longer served but may be
+    /// counted until then.
     pub entries: u64,
     /// Resolutions answered with an expired user because the API was unavailable.
     pub stale_served: u64,

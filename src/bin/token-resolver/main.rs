@@ -14,7 +14,7 @@ use clap::Parser;
 
 use crate::cli::{run, Cli};
 
-/// mimalloc, for the cache's many small allocations: see the README's "Performance".
+/// mimalloc, for the cache's many small allocations: see `docs/performance.md` ("Memory").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
