@@ -114,3 +114,38 @@ async fn the_injected_latency_delays_every_user_answer() {
     resolver.resolve(&api.tls.base_url(), &token).await.unwrap();
     assert!(started.elapsed() < Duration::from_millis(100));
 }
+
+#[path = "support/silent_tcp.rs"]
+mod silent_tcp;
+
+#[tokio::test]
+async fn with_http2_calls_waiting_for_a_first_contact_that_hangs_go_after_queue_timeout() {
+    // Pins down the first-contact gate's bound: an API that never completes a handshake must
+    // not make the waiting calls try one after another (4 x 1 s), only side by side.
+    let silent = silent_tcp::SilentTcp::start().await;
+    let base = format!("https://{}", silent.addr);
+    let resolver = Resolver::builder()
+        .default_auth_url(&base)
+        .http2(true)
+        .retries(0)
+        .connect_timeout(Duration::from_secs(1))
+        .request_timeout(Duration::from_millis(1500))
+        .queue_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..4 {
+        let (resolver, base) = (resolver.clone(), base.clone());
+        tasks.spawn(async move { resolver.resolve(&base, &format!("token{i}")).await });
+    }
+    while let Some(done) = tasks.join_next().await {
+        let code = done.unwrap().unwrap_err().code();
+        assert!(
+            matches!(code, ErrorCode::AuthUnavailable | ErrorCode::AuthTimeout),
+            "{code:?}"
+        );
+    }
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_millis(2800), "{elapsed:?}");
+}

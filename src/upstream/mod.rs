@@ -10,7 +10,10 @@
 pub(crate) mod breaker;
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 
 use reqwest::header::{
@@ -71,7 +74,9 @@ pub(crate) struct Upstream {
 /// open a connection, and make a TLS handshake, per call in flight, each then an HTTP/2
 /// connection of its own. Once the first call has an answer the connection exists (as HTTP/2,
 /// or HTTP/1.1 if the API did not take HTTP/2) and the waiting calls share it. A first call
-/// that could not connect lets the next one try; waiters hold no slot.
+/// that could not connect lets the next one try; waiters hold no slot, and wait at most
+/// `queue_timeout` before making their calls anyway, so that an API that hangs cannot line
+/// the calls up one behind another.
 #[derive(Debug, Default)]
 pub(crate) struct FirstContacts {
     /// Per origin: set once a call to it has got an answer.
@@ -121,28 +126,47 @@ impl Upstream {
             return self.call_admitted(endpoint, token, on_request).await;
         };
         let cell = first_contacts.cell(endpoint.origin());
-        if !cell.initialized() {
-            // The first caller's own call is the cell's initialiser; callers meanwhile wait
-            // for it, and the next one tries if it did not connect.
-            let mut first = None;
-            let _ = cell
-                .get_or_try_init(|| async {
-                    let result = self.call_admitted(endpoint, token, on_request).await;
-                    let connected = !matches!(
-                        &result,
-                        Err(ResolveError::AuthUnavailable { .. } | ResolveError::AuthTimeout { .. })
-                    );
-                    first = Some(result);
-                    if connected {
-                        Ok(())
-                    } else {
-                        Err(())
-                    }
-                })
-                .await;
-            if let Some(result) = first {
-                return result;
-            }
+        if cell.initialized() {
+            return self.call_admitted(endpoint, token, on_request).await;
+        }
+        // The first caller's own call is the cell's initialiser; callers meanwhile wait for it,
+        // and the next one tries if it did not connect. A waiter waits at most `queue_timeout`
+        // (an API that does not answer must not make the calls queue behind one another), then
+        // makes its call anyway; the initialiser's own call is never cut short.
+        let started = AtomicBool::new(false);
+        let mut first = None;
+        {
+            let init = cell.get_or_try_init(|| async {
+                started.store(true, Ordering::Relaxed);
+                let result = self.call_admitted(endpoint, token, on_request).await;
+                let connected = !matches!(
+                    &result,
+                    Err(ResolveError::AuthUnavailable { .. } | ResolveError::AuthTimeout { .. })
+                );
+                first = Some(result);
+                if connected {
+                    Ok(())
+                } else {
+                    Err(())
+                }
+            });
+            tokio::pin!(init);
+            let patience = tokio::time::sleep(self.queue_timeout);
+            tokio::pin!(patience);
+            // The initialiser is polled first each time, so once it has started this call's
+            // own request, the patience no longer counts.
+            std::future::poll_fn(|cx| {
+                if init.as_mut().poll(cx).is_ready()
+                    || (!started.load(Ordering::Relaxed) && patience.as_mut().poll(cx).is_ready())
+                {
+                    return Poll::Ready(());
+                }
+                Poll::Pending
+            })
+            .await;
+        }
+        if let Some(result) = first {
+            return result;
         }
         self.call_admitted(endpoint, token, on_request).await
     }
