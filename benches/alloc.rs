@@ -9,6 +9,8 @@
 //! and for the bare moka cache filled directly, with 43-byte tokens and 16-byte names: what
 //! `token-resolver load` measures as RSS, without the allocator's and the process's overhead.
 //! A moka cache of `u64 -> u64` with the same expiry shows moka's own share of each entry.
+//! The resolver keeps users in a moka cache with one time to live; the row with moka's
+//! per-entry expiry shows what that used to cost.
 //!
 //! `cargo bench --bench alloc` prints one table; it is not a criterion bench (a global
 //! allocator would slow every other bench down). `-- --hits-only` runs only the hit loops, for
@@ -146,16 +148,10 @@ fn main() {
     let moka = support::moka_cache(100_000);
     let endpoint = upstream.user_url();
     moka.insert(
-        Key {
-            endpoint: Arc::from(endpoint.as_str()),
-            token: hot.as_bytes().into(),
-        },
+        Key::new(&Arc::from(endpoint.as_str()), &hot),
         Value::user(1),
     );
-    let key = KeyRef {
-        endpoint: &endpoint,
-        token: &hot,
-    };
+    let key = KeyRef::new(&endpoint, &hot);
     let (total, _) = count(|| {
         for _ in 0..HITS {
             black_box(moka.get(&key as &dyn KeyView).unwrap());
@@ -163,6 +159,28 @@ fn main() {
     });
     let moka_hit = per(HITS, total);
     rows.push(("bare moka get (same key and value types)", moka_hit));
+
+    // The hand-written cache's hit (a moka `Cache<String, Arc<_>>`, default hasher): the hit
+    // target's baseline, here so that callgrind sees both in one run.
+    let hand_written = support::HandWritten::new(
+        upstream.user_url(),
+        100_000,
+        std::time::Duration::from_secs(3600),
+    );
+    let naive_user = support::NaiveUser {
+        id: 1,
+        name: support::name(1),
+    };
+    hand_written.cache.insert(hot.clone(), Arc::new(naive_user));
+    let (total, _) = count(|| {
+        for _ in 0..HITS {
+            black_box(hand_written.cache.get(hot.as_str()).unwrap());
+        }
+    });
+    rows.push((
+        "hand-written moka get (String key, default hasher)",
+        per(HITS, total),
+    ));
 
     // `--hits-only`: stop here, e.g. to run the hit loops under `valgrind --tool=callgrind`.
     let hits_only = std::env::args().any(|a| a == "--hits-only");
@@ -263,25 +281,21 @@ fn main() {
     let endpoint: Arc<str> = Arc::from(endpoint.as_str());
     for (what, moka) in [
         (
-            "bare moka, same types, per-entry expiry (as the resolver)",
+            "bare moka, same types, one time_to_live (as the resolver)",
             support::moka_cache(CAPACITY),
         ),
         (
-            "bare moka, same types, one time_to_live for all",
+            "bare moka, same types, per-entry expiry (the resolver before)",
             moka::sync::Cache::builder()
                 .max_capacity(CAPACITY)
-                .time_to_live(std::time::Duration::from_secs(3600))
-                .build(),
+                .expire_after(support::PerEntryTtl)
+                .build_with_hasher(support::KeyHasher::default()),
         ),
     ] {
         moka.run_pending_tasks();
         let (bytes, allocs) = live(|| {
             for (i, t) in tokens.iter().enumerate() {
-                let key = Key {
-                    endpoint: endpoint.clone(),
-                    token: t.as_bytes().into(),
-                };
-                moka.insert(key, Value::user(i as i64));
+                moka.insert(Key::new(&endpoint, t), Value::user(i as i64));
             }
             moka.run_pending_tasks();
         });
@@ -291,7 +305,7 @@ fn main() {
     // moka's own bookkeeping per entry, with nothing of ours in it: the floor under every row.
     let bare: moka::sync::Cache<u64, u64> = moka::sync::Cache::builder()
         .max_capacity(CAPACITY)
-        .expire_after(FixedTtl)
+        .time_to_live(std::time::Duration::from_secs(3600))
         .build();
     bare.run_pending_tasks();
     let (bytes, allocs) = live(|| {
@@ -301,7 +315,7 @@ fn main() {
         bare.run_pending_tasks();
     });
     fills.push((
-        "bare moka, u64 -> u64, per-entry expiry (moka's own share)".to_owned(),
+        "bare moka, u64 -> u64, one time_to_live (moka's own share)".to_owned(),
         bytes,
         allocs,
         bare.entry_count(),
@@ -310,11 +324,7 @@ fn main() {
     let quick = quick_cache::sync::Cache::<Key, Value>::new(CAPACITY as usize);
     let (bytes, allocs) = live(|| {
         for (i, t) in tokens.iter().enumerate() {
-            let key = Key {
-                endpoint: endpoint.clone(),
-                token: t.as_bytes().into(),
-            };
-            quick.insert(key, Value::user(i as i64));
+            quick.insert(Key::new(&endpoint, t), Value::user(i as i64));
         }
     });
     fills.push((
@@ -331,20 +341,6 @@ fn main() {
             bytes as f64 / entries as f64,
             allocs as f64 / entries as f64
         );
-    }
-}
-
-/// An hour for every entry, through the per-entry expiry the resolver's cache uses.
-struct FixedTtl;
-
-impl moka::Expiry<u64, u64> for FixedTtl {
-    fn expire_after_create(
-        &self,
-        _: &u64,
-        _: &u64,
-        _: std::time::Instant,
-    ) -> Option<std::time::Duration> {
-        Some(std::time::Duration::from_secs(3600))
     }
 }
 

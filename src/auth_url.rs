@@ -15,7 +15,8 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::Arc;
+use std::hash::BuildHasher;
+use std::sync::{Arc, OnceLock};
 
 use url::{Host, Url};
 
@@ -37,6 +38,9 @@ pub struct Endpoint {
     /// The path the authUrl names, without trailing slashes and without `/api/user`: `""` or
     /// `"/game"`. Compared at segment boundaries.
     base_path: String,
+    /// `url` hashed once, here, with a seed random to this process: what a cache key hashes in
+    /// place of the URL, so that a cache hit hashes the token and eight bytes.
+    key_hash: u64,
 }
 
 impl Endpoint {
@@ -106,8 +110,14 @@ impl Endpoint {
         Ok(Endpoint {
             origin: url.origin().ascii_serialization(),
             base_path,
+            key_hash: url_hash(url.as_str()),
             url,
         })
+    }
+
+    /// The normalised URL's hash, the same for every `Endpoint` of one URL in this process.
+    pub(crate) fn key_hash(&self) -> u64 {
+        self.key_hash
     }
 
     /// The URL to POST to.
@@ -186,6 +196,12 @@ pub enum AuthUrlError {
     /// Longer than [`MAX_AUTH_URL_BYTES`] once `/api/user` is appended and it is normalised.
     #[error("longer than {MAX_AUTH_URL_BYTES} bytes once normalised")]
     TooLongNormalised,
+}
+
+/// The hash of a normalised endpoint URL, with a seed drawn once per process.
+fn url_hash(url: &str) -> u64 {
+    static SEED: OnceLock<foldhash::quality::RandomState> = OnceLock::new();
+    SEED.get_or_init(Default::default).hash_one(url)
 }
 
 fn is_loopback(url: &Url) -> bool {

@@ -23,11 +23,11 @@
 //! - `resolver/`: [`Resolver`] and the resolve path; [`ResolverBuilder`], every setting;
 //!   [`ConnectRequest`], [`JoinRequest`] and the [`Identity`] they resolve to; coalescing of
 //!   concurrent look-ups (`flight`); [`Stats`].
-//! - `cache/`: the cache as one type over its tiers: the local moka cache (`local`) and, with
-//!   feature `redis`, the shared tier on Redis (`redis`, configured by [`RedisTier`]: one
-//!   server over `redis://` or `rediss://`, Sentinel, or Redis Cluster; checked with
-//!   [`RedisTier::check`], whose [`RedisTierError`] names what is wrong) with cluster-wide
-//!   invalidation. `docs/redis.md` covers running it in production.
+//! - `cache/`: the cache as one type over its tiers: keys and their keyed hashing (`key`), the
+//!   local moka caches (`local`) and, with feature `redis`, the shared tier on Redis (`redis`,
+//!   configured by [`RedisTier`]: one server over `redis://` or `rediss://`, Sentinel, or Redis
+//!   Cluster; checked with [`RedisTier::check`], whose [`RedisTierError`] names what is wrong)
+//!   with cluster-wide invalidation. `docs/redis.md` covers running it in production.
 //! - `upstream/`: the HTTP call to `/api/user`, admitted once by the per-API circuit breaker
 //!   (`breaker`) and the slot limit, with its deadline, retries and body cap.
 //! - `auth_url`: an authUrl parsed into an [`Endpoint`], and the allowlist.
@@ -45,7 +45,8 @@
 //!   and takes an access token.
 //! - [`game_server`] (feature `reference-api`): a runnable game server embedding the resolver,
 //!   and [`GameClient`](game_server::GameClient), its client.
-//! - [`reference_api`] (feature `reference-api`): a reference integrator web API.
+//! - [`reference_api`] (feature `reference-api`): a reference integrator web API, over HTTP or
+//!   HTTPS, HTTP/1.1 and HTTP/2.
 //! - `server_task`: a server in a tokio task with a bounded graceful shutdown, which both
 //!   servers above are built on.
 //! - [`check`] (feature `reference-api`): the conformance checker an integrator runs against

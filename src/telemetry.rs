@@ -108,13 +108,24 @@ pub(crate) struct Resolutions {
 }
 
 impl Resolutions {
-    /// Counts one resolution under `outcome`, one of [`OUTCOMES`].
-    pub(crate) fn count(&self, outcome: &'static str) {
-        let handles = self.handles.get_or_init(|| {
+    /// Counts one cache hit (`outcome="hit"`, the first of [`OUTCOMES`]).
+    #[inline]
+    pub(crate) fn count_hit(&self) {
+        self.handles()[0].increment(1);
+    }
+
+    fn handles(&self) -> &[Counter; OUTCOMES.len()] {
+        self.handles.get_or_init(|| {
             Box::new(
                 OUTCOMES.map(|outcome| metrics::counter!(RESOLUTIONS_TOTAL, "outcome" => outcome)),
             )
-        });
+        })
+    }
+
+    /// Counts one resolution under `outcome`, one of [`OUTCOMES`].
+    #[inline]
+    pub(crate) fn count(&self, outcome: &'static str) {
+        let handles = self.handles();
         match OUTCOMES.iter().position(|known| *known == outcome) {
             Some(i) => handles[i].increment(1),
             // Not reached while OUTCOMES lists every code; counted all the same if it is.

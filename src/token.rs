@@ -53,6 +53,7 @@ pub fn check_syntax(token: &str) -> Result<(), ResolveError> {
 }
 
 /// The cheap part of [`check_syntax`]: present, and not over [`MAX_TOKEN_BYTES`].
+#[inline]
 pub(crate) fn check_size(token: &str) -> Result<(), ResolveError> {
     match token.len() {
         0 => Err(ResolveError::TokenMissing),

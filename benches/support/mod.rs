@@ -41,19 +41,29 @@ pub fn resolver(base: &str) -> Resolver {
 }
 
 // The baseline caches' key: the resolver's `CacheKey` is (Arc<Endpoint>, the token inline up to
-// 48 bytes) and is looked up through `Borrow<dyn KeyView>` without building a key; this is the
-// same, with the endpoint as an `Arc<str>`.
+// 48 bytes), hashed as the endpoint's precomputed hash and the token, with a randomly seeded
+// foldhash, and looked up through `Borrow<dyn KeyView>` without building a key; this is the
+// same, with the endpoint as an `Arc<str>` beside its hash.
+
+/// The endpoint URL's hash, computed once per key set as the resolver does once per endpoint.
+pub fn endpoint_hash(endpoint: &str) -> u64 {
+    use std::hash::BuildHasher;
+    static SEED: std::sync::LazyLock<foldhash::quality::RandomState> =
+        std::sync::LazyLock::new(Default::default);
+    SEED.hash_one(endpoint)
+}
 
 /// Both parts of a key, owned or borrowed.
 pub trait KeyView {
     fn endpoint(&self) -> &str;
+    fn endpoint_hash(&self) -> u64;
     fn token(&self) -> &[u8];
 }
 
 impl Hash for dyn KeyView + '_ {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.endpoint().hash(state);
-        self.token().hash(state);
+        state.write_u64(self.endpoint_hash());
+        state.write(self.token());
     }
 }
 
@@ -69,12 +79,26 @@ impl Eq for dyn KeyView + '_ {}
 #[derive(Clone)]
 pub struct Key {
     pub endpoint: Arc<str>,
+    pub endpoint_hash: u64,
     pub token: smallvec::SmallVec<[u8; 48]>,
+}
+
+impl Key {
+    pub fn new(endpoint: &Arc<str>, token: &str) -> Key {
+        Key {
+            endpoint: endpoint.clone(),
+            endpoint_hash: endpoint_hash(endpoint),
+            token: token.as_bytes().into(),
+        }
+    }
 }
 
 impl KeyView for Key {
     fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+    fn endpoint_hash(&self) -> u64 {
+        self.endpoint_hash
     }
     fn token(&self) -> &[u8] {
         &self.token
@@ -104,12 +128,26 @@ impl Eq for Key {}
 /// A borrowed key: what a look-up builds instead of a `Key`.
 pub struct KeyRef<'a> {
     pub endpoint: &'a str,
+    pub endpoint_hash: u64,
     pub token: &'a str,
+}
+
+impl<'a> KeyRef<'a> {
+    pub fn new(endpoint: &'a str, token: &'a str) -> KeyRef<'a> {
+        KeyRef {
+            endpoint,
+            endpoint_hash: endpoint_hash(endpoint),
+            token,
+        }
+    }
 }
 
 impl KeyView for KeyRef<'_> {
     fn endpoint(&self) -> &str {
         self.endpoint
+    }
+    fn endpoint_hash(&self) -> u64 {
+        self.endpoint_hash
     }
     fn token(&self) -> &[u8] {
         self.token.as_bytes()
@@ -164,8 +202,9 @@ impl Value {
     }
 }
 
-/// Derives each entry's lifetime from its deadline, as the resolver's cache does.
-struct PerEntryTtl;
+/// Derives each entry's lifetime from its deadline, as the resolver's cache did before it
+/// moved to one time to live per cache (moka's per-entry expiry costs every read).
+pub struct PerEntryTtl;
 
 impl moka::Expiry<Key, Value> for PerEntryTtl {
     fn expire_after_create(&self, _: &Key, value: &Value, now: Instant) -> Option<Duration> {
@@ -175,11 +214,14 @@ impl moka::Expiry<Key, Value> for PerEntryTtl {
     }
 }
 
-/// A bare moka cache configured as the resolver configures its own: capacity and a per-entry
-/// time to live.
-pub fn moka_cache(capacity: u64) -> moka::sync::Cache<Key, Value> {
+/// The resolver cache's hasher: foldhash, randomly seeded per cache.
+pub type KeyHasher = foldhash::fast::RandomState;
+
+/// A bare moka cache configured as the resolver configures its users' cache: capacity, one
+/// time to live, the same hasher.
+pub fn moka_cache(capacity: u64) -> moka::sync::Cache<Key, Value, KeyHasher> {
     moka::sync::Cache::builder()
         .max_capacity(capacity)
-        .expire_after(PerEntryTtl)
-        .build()
+        .time_to_live(Duration::from_secs(3600))
+        .build_with_hasher(KeyHasher::default())
 }

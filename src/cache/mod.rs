@@ -6,11 +6,13 @@
 //! invalidations here, in Redis and (through Redis's channel) on every other node. The
 //! resolver decides what to cache and for how long; it never needs to know which tiers exist.
 //!
-//! - [`local`]: keys, entries and per-entry expiry on top of moka.
+//! - [`key`]: keys and their keyed hashing.
+//! - [`local`]: entries and their lifetimes, in two moka caches (users and rejections).
 //! - `redis` (feature `redis`): the shared tier, its connection forms (one server, Sentinel,
 //!   Cluster), its keys, and the invalidation channel; without the feature, `without_redis`
 //!   stands in its place with types that have no value.
 
+pub(crate) mod key;
 pub(crate) mod local;
 #[cfg(feature = "redis")]
 mod redis;
@@ -23,7 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use local::{CacheKey, Cached, KeyRef, KeyView};
+pub(crate) use key::{CacheKey, KeyHasher, KeyRef, KeyView};
+pub(crate) use local::Cached;
 #[cfg(not(feature = "redis"))]
 pub(crate) use redis::RedisTier;
 use redis::SharedCache;
@@ -57,8 +60,11 @@ pub(crate) struct TierSettings {
     pub(crate) capacity: u64,
     /// How long a user outlives its freshness locally, as a fallback (`serve_stale_for`).
     pub(crate) stale_for: Duration,
-    /// The longest any answer is kept (`cache_ttl`): bounds the shared tier's user indexes.
+    /// The longest a user is fresh (`cache_ttl`): the local tier's time to live for users, and
+    /// the bound of the shared tier's user indexes.
     pub(crate) cache_ttl: Duration,
+    /// How long a rejection is kept (`negative_cache_ttl`).
+    pub(crate) negative_ttl: Duration,
     /// The shared tier, if any.
     pub(crate) shared: Option<RedisTier>,
 }
@@ -87,7 +93,12 @@ pub(crate) struct Tiers {
 impl Tiers {
     pub(crate) fn new(settings: TierSettings) -> Result<Tiers, ConfigError> {
         let local = Arc::new(Local {
-            cache: local::new_cache(settings.capacity, settings.stale_for),
+            cache: local::Cache::new(
+                settings.capacity,
+                settings.cache_ttl,
+                settings.negative_ttl,
+                settings.stale_for,
+            ),
             keeps_stale: !settings.stale_for.is_zero(),
             generation: AtomicU64::new(0),
             revocations: Revocations::new(),
@@ -101,6 +112,7 @@ impl Tiers {
 
     /// The local tier's answer for `key`, telling fresh entries from ones kept only as a
     /// fallback. The hit path: no clock is read unless stale serving is on.
+    #[inline]
     pub(crate) fn lookup(&self, key: &KeyRef<'_>) -> Lookup {
         self.local.lookup(key)
     }
@@ -158,15 +170,15 @@ impl Tiers {
 
     /// Drops one token's answer at `endpoint` in every tier and on every node, and tells the
     /// subscribers.
-    pub(crate) fn invalidate_token(&self, endpoint: &str, token: &str) {
+    pub(crate) fn invalidate_token(&self, endpoint: &Endpoint, token: &str) {
         telemetry::count_invalidation(Scope::Token, "local");
         self.local.evict_token(endpoint, token);
         self.local.revocations.publish(Revocation::Token {
-            endpoint: endpoint.to_owned(),
-            token: self.fingerprint(endpoint, token),
+            endpoint: endpoint.as_str().to_owned(),
+            token: self.fingerprint(endpoint.as_str(), token),
         });
         if let Some(shared) = &self.shared {
-            shared.delete(endpoint, token);
+            shared.delete(endpoint.as_str(), token);
         }
     }
 
@@ -239,6 +251,7 @@ impl Tiers {
 }
 
 impl Local {
+    #[inline]
     fn lookup(&self, key: &KeyRef<'_>) -> Lookup {
         match self.cache.get(key as &dyn KeyView) {
             None => Lookup::Absent,
@@ -267,12 +280,12 @@ impl Local {
             return false;
         }
         self.cache
-            .insert(CacheKey::new(endpoint.clone(), token), cached.clone());
+            .insert(CacheKey::new(endpoint.clone(), token), cached);
         self.publish_entries();
         true
     }
 
-    fn evict_token(&self, endpoint: &str, token: &str) {
+    fn evict_token(&self, endpoint: &Endpoint, token: &str) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.cache
             .invalidate(&KeyRef { endpoint, token } as &dyn KeyView);
@@ -302,7 +315,7 @@ impl Local {
             .map(|(key, _)| key)
             .collect();
         for key in keys {
-            self.cache.invalidate(&*key);
+            self.cache.invalidate(&*key as &dyn KeyView);
         }
         self.publish_entries();
     }

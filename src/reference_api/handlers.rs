@@ -202,6 +202,10 @@ pub(super) async fn access_token(State(api): State<ReferenceApi>, headers: Heade
 /// `POST /api/user`, the user information acquisition API that the resolver calls.
 pub(super) async fn user(State(api): State<ReferenceApi>, headers: HeaderMap) -> Response {
     api.inner.user_requests.fetch_add(1, Ordering::Relaxed);
+    let latency = api.user_latency();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
     let Some(token) = bearer_token(&headers) else {
         tracing::debug!("user refused: no bearer token");
         return unauthorized("Bearer", "missing_token");

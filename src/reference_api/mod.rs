@@ -9,8 +9,11 @@
 //! and a model for integrators.
 //!
 //! It does not own the resolving: the game server's side is [`Resolver`](crate::Resolver). It does
-//! not persist anything, speak TLS or send the cookie's `Secure` attribute (it serves plain HTTP,
-//! meant for loopback); put it behind a TLS proxy before exposing it.
+//! not persist anything or send the cookie's `Secure` attribute. It serves plain HTTP
+//! ([`ReferenceApi::spawn`], meant for loopback) or HTTPS with a certificate you give it
+//! ([`ReferenceApi::spawn_tls`]), HTTP/1.1 and HTTP/2 both, and counts the connections and TLS
+//! handshakes it saw, for load runs; [`ReferenceApi::set_user_latency`] adds service time to
+//! `/api/user` for the same purpose.
 //!
 //! Secrets are handled as an integrator should: passwords are kept only as argon2 hashes, and
 //! session ids, access tokens and device ids only as SHA-256 hashes, looked up by hash. None of
@@ -31,6 +34,7 @@
 mod config;
 mod handlers;
 mod play;
+mod serve;
 mod store;
 
 use std::collections::HashMap;
@@ -47,6 +51,7 @@ use tokio::sync::Semaphore;
 
 pub use self::config::{demo_users, ApiConfig, ApiConfigError, ApiUser};
 use self::handlers::{access_token, login, logout, user};
+use self::serve::ConnectionCounts;
 use self::store::{hash_password, random_secret, Account, Store};
 use crate::server_task::ServerTask;
 
@@ -80,6 +85,8 @@ struct Inner {
     verify_slots: Semaphore,
     /// Requests `POST /api/user` received, whatever the outcome.
     user_requests: AtomicU64,
+    /// Service time added to every `POST /api/user`, in nanoseconds (0: none).
+    user_latency_nanos: AtomicU64,
     /// Everything that changes while serving. Never held across an `.await`.
     state: Mutex<Store>,
 }
@@ -131,6 +138,7 @@ impl ReferenceApi {
                 dummy_hash,
                 verify_slots: Semaphore::new(MAX_CONCURRENT_VERIFICATIONS),
                 user_requests: AtomicU64::new(0),
+                user_latency_nanos: AtomicU64::new(0),
                 state: Mutex::new(Store {
                     names,
                     guests: HashMap::new(),
@@ -165,27 +173,70 @@ impl ReferenceApi {
         self.inner.user_requests.load(Ordering::Relaxed)
     }
 
-    /// Binds `addr` (port 0 picks a free port) and serves [`ReferenceApi::router`] in a tokio
-    /// task until [`RunningApi::shutdown`] or until the [`RunningApi`] is dropped.
+    /// Makes every `POST /api/user` take `latency` longer before it answers, as a real
+    /// integrator's database would; zero (the default) removes it. For load runs
+    /// (`serve-api --latency-ms`); it applies to every clone and to a server already running.
+    pub fn set_user_latency(&self, latency: Duration) {
+        let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        self.inner
+            .user_latency_nanos
+            .store(nanos, Ordering::Relaxed);
+    }
+
+    /// The service time added to `POST /api/user`.
+    pub fn user_latency(&self) -> Duration {
+        Duration::from_nanos(self.inner.user_latency_nanos.load(Ordering::Relaxed))
+    }
+
+    /// Binds `addr` (port 0 picks a free port) and serves [`ReferenceApi::router`] over plain
+    /// HTTP (HTTP/1.1, or HTTP/2 with prior knowledge) in a tokio task until
+    /// [`RunningApi::shutdown`] or until the [`RunningApi`] is dropped.
     ///
     /// # Errors
     ///
     /// The I/O error of binding `addr` or of reading the bound address.
     pub async fn spawn(self, addr: SocketAddr) -> std::io::Result<RunningApi> {
+        self.serve_on(addr, None).await
+    }
+
+    /// As [`spawn`](Self::spawn), over TLS with the certificate chain in `cert_pem` and its
+    /// private key in `key_pem` (both PEM), offering HTTP/2 and HTTP/1.1 through ALPN. The
+    /// base URL is then `https://`.
+    ///
+    /// # Errors
+    ///
+    /// An `InvalidInput` error when the PEMs hold no certificate or no usable key, or the I/O
+    /// error of binding `addr`.
+    pub async fn spawn_tls(
+        self,
+        addr: SocketAddr,
+        cert_pem: &[u8],
+        key_pem: &[u8],
+    ) -> std::io::Result<RunningApi> {
+        let acceptor = serve::tls_acceptor(cert_pem, key_pem)?;
+        self.serve_on(addr, Some(acceptor)).await
+    }
+
+    async fn serve_on(
+        self,
+        addr: SocketAddr,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> std::io::Result<RunningApi> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local_addr = listener.local_addr()?;
+        let counts = Arc::new(ConnectionCounts::default());
+        let base_url = serve::describe(local_addr, tls.is_some());
         let router = self.router();
-        let task = ServerTask::spawn(|mut stopped| async move {
-            let serve = axum::serve(listener, router)
-                .with_graceful_shutdown(async move { stopped.wait().await });
-            if let Err(error) = serve.await {
-                tracing::error!(%error, "reference API server failed");
-            }
+        let served = counts.clone();
+        let task = ServerTask::spawn(move |stopped| {
+            serve::serve(listener, router, tls, served, stopped, SHUTDOWN_GRACE)
         });
         tracing::debug!(%local_addr, "reference API listening");
         Ok(RunningApi {
             local_addr,
+            base_url,
             api: self,
+            counts,
             task,
         })
     }
@@ -207,8 +258,12 @@ impl ReferenceApi {
 pub struct RunningApi {
     /// The bound address (with the real port when 0 was asked for).
     local_addr: SocketAddr,
+    /// `http://ADDR` or `https://ADDR`.
+    base_url: String,
     /// The API being served, to read its counters.
     api: ReferenceApi,
+    /// Connections and TLS handshakes the server saw.
+    counts: Arc<ConnectionCounts>,
     /// The serving task.
     task: ServerTask,
 }
@@ -219,9 +274,20 @@ impl RunningApi {
         self.local_addr
     }
 
-    /// The base URL to give as authUrl, such as `http://127.0.0.1:8080`.
+    /// The base URL to give as authUrl, such as `http://127.0.0.1:8080` (`https://` when
+    /// served with [`ReferenceApi::spawn_tls`]).
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.local_addr)
+        self.base_url.clone()
+    }
+
+    /// TCP connections the server has accepted so far.
+    pub fn connections_accepted(&self) -> u64 {
+        self.counts.accepted.load(Ordering::Relaxed)
+    }
+
+    /// TLS handshakes the server has completed so far (0 over plain HTTP).
+    pub fn tls_handshakes(&self) -> u64 {
+        self.counts.handshakes.load(Ordering::Relaxed)
     }
 
     /// The API being served.

@@ -16,7 +16,7 @@ use crate::cache::{RedisTier, TierSettings, Tiers};
 use crate::error::ConfigError;
 use crate::telemetry;
 use crate::upstream::breaker::{BreakerConfig, Breakers};
-use crate::upstream::Upstream;
+use crate::upstream::{FirstContacts, Upstream};
 #[cfg(doc)]
 use crate::user::User;
 
@@ -40,6 +40,9 @@ use crate::user::User;
 /// | [`retries`](Self::retries) | 1 |
 /// | [`serve_stale_for`](Self::serve_stale_for) | zero (off) |
 /// | [`clock_skew`](Self::clock_skew) | 30 s |
+/// | [`add_root_certificate`](Self::add_root_certificate) | none |
+/// | [`tls_built_in_roots`](Self::tls_built_in_roots) | `true` |
+/// | [`http2`](Self::http2) | `false` (HTTP/1.1) |
 /// | [`circuit_breaker`](Self::circuit_breaker) | 5 failures, 2 s cool-down |
 #[derive(Debug, Clone)]
 #[must_use]
@@ -60,6 +63,10 @@ pub struct ResolverBuilder {
     serve_stale_for: Duration,
     clock_skew: Duration,
     breaker: BreakerConfig,
+    /// PEM certificates trusted besides (or instead of) the built-in roots.
+    root_certificates: Vec<Vec<u8>>,
+    tls_built_in_roots: bool,
+    http2: bool,
     shared_cache: Option<RedisTier>,
 }
 
@@ -85,6 +92,9 @@ impl Default for ResolverBuilder {
                 threshold: 5,
                 cool_down: Duration::from_secs(2),
             },
+            root_certificates: Vec::new(),
+            tls_built_in_roots: true,
+            http2: false,
             shared_cache: None,
         }
     }
@@ -242,6 +252,36 @@ impl ResolverBuilder {
         }
     }
 
+    /// Trusts the certificate(s) in `pem` (PEM, one or several) as roots for `https://`
+    /// authUrls, besides the built-in ones: the integrator's private CA, or a self-signed
+    /// certificate in a test. Repeatable. Default: none.
+    pub fn add_root_certificate(mut self, pem: &[u8]) -> Self {
+        self.root_certificates.push(pem.to_vec());
+        self
+    }
+
+    /// Whether the built-in public roots (Mozilla's, through webpki-roots) are trusted. `false`
+    /// trusts only the certificates given to
+    /// [`add_root_certificate`](Self::add_root_certificate): for a deployment whose auth API
+    /// has a private CA and should never be reached through a public one. Default: `true`.
+    pub fn tls_built_in_roots(self, enabled: bool) -> Self {
+        ResolverBuilder {
+            tls_built_in_roots: enabled,
+            ..self
+        }
+    }
+
+    /// Offers HTTP/2 to `https://` auth APIs (through ALPN; an API that does not take it is
+    /// spoken to in HTTP/1.1, and `http://` stays HTTP/1.1). With HTTP/2 every call to one API
+    /// shares one connection, so a cold start costs one TLS handshake instead of one per slot.
+    /// Default: `false` (HTTP/1.1; `docs/performance.md` has the measurement behind it).
+    pub fn http2(self, enabled: bool) -> Self {
+        ResolverBuilder {
+            http2: enabled,
+            ..self
+        }
+    }
+
     /// A second cache tier on Redis shared by every game-server node (feature `redis`): a local
     /// miss looks there before calling the API, answers are written there with the same time
     /// to live, and invalidations reach every node. Redis being down, slow or answering garbage
@@ -263,7 +303,8 @@ impl ResolverBuilder {
     /// a query or a fragment, or is `http://` to a non-loopback host without
     /// `allow_insecure_http(true)`; when `auth_required` is on without a `default_auth_url`;
     /// when `max_concurrent_requests`, `request_timeout`, `connect_timeout` or
-    /// `max_response_bytes` is zero; or when the TLS backend cannot start.
+    /// `max_response_bytes` is zero; when a certificate given to `add_root_certificate` is not
+    /// PEM; or when the TLS backend cannot start.
     ///
     /// # Example
     ///
@@ -285,11 +326,13 @@ impl ResolverBuilder {
             breakers: Breakers::new(self.breaker),
             slots: Semaphore::new(self.max_concurrent_requests),
             queue_timeout: self.queue_timeout,
+            first_contacts: self.http2.then(FirstContacts::default),
         };
         let cache = Tiers::new(TierSettings {
             capacity: self.max_cache_entries,
             stale_for: self.serve_stale_for,
             cache_ttl: self.cache_ttl,
+            negative_ttl: self.negative_cache_ttl,
             shared: self.shared_cache,
         })?;
         Ok(Resolver {
@@ -359,21 +402,39 @@ impl ResolverBuilder {
 
     /// The HTTP client of the upstream calls.
     fn http_client(&self) -> Result<reqwest::Client, ConfigError> {
-        reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(self.connect_timeout)
             // A proxy from the environment would see every token; the allowlist decides where
             // tokens go, not HTTPS_PROXY.
             .no_proxy()
+            .tls_built_in_root_certs(self.tls_built_in_roots)
+            .user_agent(concat!("token-resolver/", env!("CARGO_PKG_VERSION")));
+        for pem in &self.root_certificates {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .ok()
+                .filter(|certs| !certs.is_empty())
+                .ok_or_else(|| ConfigError::new("add_root_certificate", "not a PEM certificate"))?;
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        builder = if self.http2 {
+            // reqwest's default retry policy stays: it resends only a request an HTTP/2 server
+            // refused at the protocol level (REFUSED_STREAM, or a graceful GOAWAY that came
+            // before it was processed), which is safe and is not a try of ours.
+            builder
+        } else {
             // The resolver retries transient failures itself, within its deadline. reqwest's
-            // own retry layer (for HTTP/2 refusals, which this HTTP/1 client never sees) would
+            // own retry layer (for HTTP/2 refusals, which an HTTP/1 client never sees) would
             // clone every request's headers in case; with no retries allowed it clones nothing.
-            .retry(reqwest::retry::never().max_retries_per_request(0))
-            .user_agent(concat!("token-resolver/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| {
-                ConfigError::new("http client", format!("cannot start the HTTP client: {e}"))
-            })
+            builder
+                .http1_only()
+                .retry(reqwest::retry::never().max_retries_per_request(0))
+        };
+        builder.build().map_err(|e| {
+            ConfigError::new("http client", format!("cannot start the HTTP client: {e}"))
+        })
     }
 }
 
@@ -422,6 +483,14 @@ mod tests {
                 .allow_insecure_http(true)
         )
         .is_ok());
+    }
+
+    #[test]
+    fn build_refuses_a_root_certificate_that_is_not_pem() {
+        let base = || Resolver::builder().default_auth_url("https://a.example");
+        let err = build(base().add_root_certificate(b"not a certificate")).unwrap_err();
+        assert_eq!(err.setting(), "add_root_certificate");
+        assert!(build(base().tls_built_in_roots(false).http2(true)).is_ok());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::OnceCell;
 
-use crate::cache::{CacheKey, KeyRef, KeyView};
+use crate::cache::{CacheKey, KeyHasher, KeyRef, KeyView};
 use crate::telemetry;
 
 /// One upstream call under way, and its result once known.
@@ -20,17 +20,18 @@ type Flight<T> = Arc<OnceCell<T>>;
 
 /// The upstream calls under way, by key.
 pub(crate) struct Flights<T> {
-    map: Mutex<HashMap<CacheKey, Flight<T>>>,
+    /// Keyed like the cache, with a seed of its own.
+    map: Mutex<HashMap<CacheKey, Flight<T>, KeyHasher>>,
 }
 
 impl<T: Clone> Flights<T> {
     pub(crate) fn new() -> Self {
         Flights {
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::new(HashMap::default()),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<CacheKey, Flight<T>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<CacheKey, Flight<T>, KeyHasher>> {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -132,7 +133,11 @@ mod tests {
     const EP: &str = "https://a.example/api/user";
 
     fn owned(token: &str) -> CacheKey {
-        CacheKey::new(Arc::new(Endpoint::parse(EP, false).unwrap()), token)
+        CacheKey::new(Arc::new(endpoint()), token)
+    }
+
+    fn endpoint() -> Endpoint {
+        Endpoint::parse(EP, false).unwrap()
     }
 
     #[tokio::test]
@@ -144,7 +149,7 @@ mod tests {
                 let (flights, calls) = (flights.clone(), calls.clone());
                 tokio::spawn(async move {
                     let key = KeyRef {
-                        endpoint: EP,
+                        endpoint: &endpoint(),
                         token: "t",
                     };
                     flights
@@ -178,7 +183,7 @@ mod tests {
         let f = flights.clone();
         let leader = tokio::spawn(async move {
             let key = KeyRef {
-                endpoint: EP,
+                endpoint: &endpoint(),
                 token: "t",
             };
             f.run(&key, || owned("t"), std::future::pending::<u32>)
@@ -188,7 +193,7 @@ mod tests {
         let f = flights.clone();
         let waiter = tokio::spawn(async move {
             let key = KeyRef {
-                endpoint: EP,
+                endpoint: &endpoint(),
                 token: "t",
             };
             f.run(&key, || owned("t"), || async { 9 }).await
@@ -203,7 +208,7 @@ mod tests {
     async fn a_flight_abandoned_by_all_callers_leaves_the_map() {
         let flights = Flights::<u32>::new();
         let key = KeyRef {
-            endpoint: EP,
+            endpoint: &endpoint(),
             token: "t",
         };
         let run = flights.run(&key, || owned("t"), std::future::pending::<u32>);

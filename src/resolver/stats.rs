@@ -26,7 +26,9 @@ pub struct Stats {
     /// Upstream requests that got no usable answer (transport error, or a status other than
     /// 200, 401 and 403, or a bad body).
     pub upstream_errors: u64,
-    /// Entries in the cache now (users and rejections; expired ones may linger briefly).
+    /// Entries in the cache now (users and rejections). An entry that expired before its
+    /// cache's time to live (an answer with a shorter `max-age`) is no longer served but may be
+    /// counted until then.
     pub entries: u64,
     /// Resolutions answered with an expired user because the API was unavailable.
     pub stale_served: u64,
@@ -52,8 +54,11 @@ pub(crate) enum Counter {
 
 const COUNTERS: usize = Counter::StaleServed as usize + 1;
 
-/// Stripes per counter set: threads take them in turn, so up to this many threads never share.
-const STRIPES: usize = 16;
+/// Stripes owned by one thread each: the first threads to count take one each, alone.
+const OWNED: usize = 16;
+
+/// Stripes per counter set: the owned ones, then a few that every later thread shares.
+const STRIPES: usize = OWNED + 4;
 
 /// A set of counters, each split into per-thread stripes.
 #[derive(Default)]
@@ -62,9 +67,19 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    /// Adds one to `counter`, on this thread's stripe.
+    /// Adds one to `counter`, on this thread's stripe. A thread that owns its stripe alone
+    /// (one of the first [`OWNED`] threads to count) adds with a plain load and store: it is the
+    /// stripe's only writer, and a locked add costs a cache hit some 5%. Later threads share
+    /// the remaining stripes and add atomically.
+    #[inline]
     pub(crate) fn bump(&self, counter: Counter) {
-        self.stripes[stripe()][counter as usize].fetch_add(1, Ordering::Relaxed);
+        let (stripe, owned) = stripe();
+        let cell = &self.stripes[stripe][counter as usize];
+        if owned {
+            cell.store(cell.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        } else {
+            cell.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The count so far, summed over the stripes.
@@ -76,11 +91,19 @@ impl Counters {
     }
 }
 
-/// This thread's stripe, handed out in turn as threads first count.
-fn stripe() -> usize {
+/// This thread's stripe, handed out in turn as threads first count, and whether this thread
+/// is the only one ever given it.
+fn stripe() -> (usize, bool) {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
-        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+        static STRIPE: (usize, bool) = {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            if n < OWNED {
+                (n, true)
+            } else {
+                (OWNED + n % (STRIPES - OWNED), false)
+            }
+        };
     }
     STRIPE.with(|stripe| *stripe)
 }
@@ -110,7 +133,7 @@ mod tests {
     #[test]
     fn a_thread_keeps_its_stripe() {
         let mine = stripe();
-        assert!(mine < STRIPES);
+        assert!(mine.0 < STRIPES);
         assert!((0..100).all(|_| stripe() == mine));
     }
 }

@@ -9,6 +9,11 @@
 
 pub(crate) mod breaker;
 
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 
 use reqwest::header::{
@@ -16,14 +21,18 @@ use reqwest::header::{
 };
 use reqwest::{Method, Request, Response, StatusCode};
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
 
-use self::breaker::{Breakers, Outcome};
+use self::breaker::{Admission, Breakers, Outcome};
 use crate::answer::{parse_cache_control, parse_user, Freshness};
 use crate::auth_url::Endpoint;
 use crate::error::ResolveError;
 use crate::telemetry;
 use crate::user::User;
+
+/// Times a call whose slot others may be waiting for yields before releasing it, so that the
+/// HTTP client's tasks can put its connection back in the pool first (see `call_admitted`).
+const YIELDS_BEFORE_RELEASE: usize = 2;
 
 /// First backoff before a retry; it doubles each try and is fully jittered.
 const BACKOFF_BASE: Duration = Duration::from_millis(50);
@@ -54,6 +63,34 @@ pub(crate) struct Upstream {
     pub(crate) slots: Semaphore,
     /// Longest wait for a slot before `overloaded`.
     pub(crate) queue_timeout: Duration,
+    /// With HTTP/2 on: each API's first call goes alone (see [`FirstContacts`]).
+    pub(crate) first_contacts: Option<FirstContacts>,
+}
+
+/// Makes the first call to each API go alone, the calls that arrive meanwhile waiting for it.
+///
+/// With HTTP/2 offered through ALPN, the HTTP client cannot know before a connection is up that
+/// it will carry every call, so a cold start (an empty cache, hundreds of calls at once) would
+/// open a connection, and make a TLS handshake, per call in flight, each then an HTTP/2
+/// connection of its own. Once the first call has an answer the connection exists (as HTTP/2,
+/// or HTTP/1.1 if the API did not take HTTP/2) and the waiting calls share it. A first call
+/// that could not connect lets the next one try; waiters hold no slot, and wait at most
+/// `queue_timeout` before making their calls anyway, so that an API that hangs cannot line
+/// the calls up one behind another.
+#[derive(Debug, Default)]
+pub(crate) struct FirstContacts {
+    /// Per origin: set once a call to it has got an answer.
+    origins: Mutex<HashMap<String, Arc<OnceCell<()>>>>,
+}
+
+impl FirstContacts {
+    fn cell(&self, origin: &str) -> Arc<OnceCell<()>> {
+        let mut origins = self.origins.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(cell) = origins.get(origin) {
+            return cell.clone();
+        }
+        origins.entry(origin.to_owned()).or_default().clone()
+    }
 }
 
 /// How one try went wrong.
@@ -85,11 +122,90 @@ impl Upstream {
         token: &str,
         on_request: &(dyn Fn(bool) + Sync),
     ) -> Result<Reply, ResolveError> {
+        let Some(first_contacts) = &self.first_contacts else {
+            return self.call_admitted(endpoint, token, on_request).await;
+        };
+        let cell = first_contacts.cell(endpoint.origin());
+        if cell.initialized() {
+            return self.call_admitted(endpoint, token, on_request).await;
+        }
+        // The first caller's own call is the cell's initialiser; callers meanwhile wait for it,
+        // and the next one tries if it did not connect. A waiter waits at most `queue_timeout`
+        // (an API that does not answer must not make the calls queue behind one another), then
+        // makes its call anyway; the initialiser's own call is never cut short.
+        let started = AtomicBool::new(false);
+        let mut first = None;
+        {
+            let init = cell.get_or_try_init(|| async {
+                started.store(true, Ordering::Relaxed);
+                let result = self.call_admitted(endpoint, token, on_request).await;
+                let connected = !matches!(
+                    &result,
+                    Err(ResolveError::AuthUnavailable { .. } | ResolveError::AuthTimeout { .. })
+                );
+                first = Some(result);
+                if connected {
+                    Ok(())
+                } else {
+                    Err(())
+                }
+            });
+            tokio::pin!(init);
+            let patience = tokio::time::sleep(self.queue_timeout);
+            tokio::pin!(patience);
+            // The initialiser is polled first each time, so once it has started this call's
+            // own request, the patience no longer counts.
+            std::future::poll_fn(|cx| {
+                if init.as_mut().poll(cx).is_ready()
+                    || (!started.load(Ordering::Relaxed) && patience.as_mut().poll(cx).is_ready())
+                {
+                    return Poll::Ready(());
+                }
+                Poll::Pending
+            })
+            .await;
+        }
+        if let Some(result) = first {
+            return result;
+        }
+        self.call_admitted(endpoint, token, on_request).await
+    }
+
+    /// [`call`](Self::call), once past the first-contact gate.
+    async fn call_admitted(
+        &self,
+        endpoint: &Endpoint,
+        token: &str,
+        on_request: &(dyn Fn(bool) + Sync),
+    ) -> Result<Reply, ResolveError> {
         let admission = self
             .breakers
             .admit(endpoint.origin())
             .map_err(|wait| circuit_open(endpoint, wait))?;
-        let _slot = self.slot().await?;
+        let slot = self.slot().await?;
+        let result = self.tries(endpoint, token, on_request, admission).await;
+        if self.slots.available_permits() == 0 {
+            // Calls may be waiting for this slot. The HTTP client puts this call's connection
+            // back in its pool from a task of its own, a moment after the body was read; a call
+            // that took the slot before that would open a connection (and make a TLS
+            // handshake) of its own. Letting those tasks run first keeps the connections
+            // within the slots (the storm of `load --storm` opened 80 for 64 slots).
+            for _ in 0..YIELDS_BEFORE_RELEASE {
+                tokio::task::yield_now().await;
+            }
+        }
+        drop(slot);
+        result
+    }
+
+    /// The tries of one admitted call, within `request_timeout`.
+    async fn tries(
+        &self,
+        endpoint: &Endpoint,
+        token: &str,
+        on_request: &(dyn Fn(bool) + Sync),
+        admission: Admission<'_>,
+    ) -> Result<Reply, ResolveError> {
         let deadline = tokio::time::Instant::now() + self.request_timeout;
         let mut attempt = 0;
         loop {

@@ -16,7 +16,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cli::{run, LogFormat};
 
-/// mimalloc, for the cache's many small allocations: see the README's "Performance".
+/// mimalloc, for the cache's many small allocations: see `docs/performance.md` ("Memory").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -1,4 +1,6 @@
-//! `token-resolver serve-api`: the reference integrator web API on a socket until Ctrl-C.
+//! `token-resolver serve-api`: the reference integrator web API on a socket until Ctrl-C, over
+//! plain HTTP or, with `--tls-cert` and `--tls-key`, HTTPS; `--latency-ms` adds service time to
+//! `/api/user`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -20,6 +22,16 @@ pub(crate) struct ServeApiArgs {
     /// Lifetime of an access token, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
     pub(crate) token_ttl: u64,
+    /// Serve HTTPS (HTTP/1.1 and HTTP/2 through ALPN) with this certificate chain (PEM);
+    /// needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
+    /// Service time added to every POST /api/user, in milliseconds, for load runs.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) latency_ms: u64,
 }
 
 /// Serves until Ctrl-C; exit 2 on a bad users file.
@@ -39,14 +51,38 @@ pub(crate) async fn run(args: ServeApiArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let running = match api.spawn(args.listen).await {
+    api.set_user_latency(Duration::from_millis(args.latency_ms));
+    let served = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let read = |path: &PathBuf| {
+                std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+            };
+            let (cert, key) = match (read(cert), read(key)) {
+                (Ok(cert), Ok(key)) => (cert, key),
+                (Err(e), _) | (_, Err(e)) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            api.spawn_tls(args.listen, &cert, &key).await
+        }
+        _ => api.spawn(args.listen).await,
+    };
+    let running = match served {
         Ok(running) => running,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            eprintln!("error: --tls-cert/--tls-key: {e}");
+            return ExitCode::from(2);
+        }
         Err(e) => {
             eprintln!("error: cannot listen on {}: {e}", args.listen);
             return ExitCode::FAILURE;
         }
     };
     println!("reference integrator API on {}", running.base_url());
+    if args.latency_ms > 0 {
+        println!("POST /api/user answers after {} ms", args.latency_ms);
+    }
     if args.users.is_none() {
         println!("demo users: alice/wonderland (id 1), bob/builder (id 2), carol/carolina (id 3)");
     }

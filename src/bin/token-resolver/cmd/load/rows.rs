@@ -25,7 +25,8 @@ pub(super) enum Subject {
         url: String,
     },
     Hyper {
-        client: HyperClient,
+        /// Boxed: hyper-util's client is some 400 bytes, the other rows' a few dozen.
+        client: Box<HyperClient>,
         uri: axum::http::Uri,
     },
 }

@@ -1,0 +1,192 @@
+//! Cache keys: (normalised endpoint, token), owned ([`CacheKey`]) or borrowed ([`KeyRef`]), and
+//! the keyed hasher of the cache and the in-flight map ([`KeyHasher`]).
+//!
+//! A look-up builds no key: [`KeyRef`] borrows the endpoint and the token, and moka finds the
+//! owned [`CacheKey`] through `Borrow<dyn KeyView>`. Keys hold the whole token, so two tokens
+//! never share an entry; a token of up to [`INLINE_TOKEN_BYTES`] is kept inside the key, without
+//! an allocation of its own.
+//!
+//! # Hashing
+//!
+//! A hit hashes its key once, with [`KeyHasher`]: foldhash, seeded at random for each cache
+//! (and each in-flight map), over the endpoint's own hash (computed once when the authUrl was
+//! parsed, see [`Endpoint::key_hash`]) and the token's bytes. Players choose their tokens, and
+//! rejected ones are cached too, so the hasher must be keyed: a fixed hash would let a client
+//! pick tokens that all land in one bucket. foldhash is keyed and already in the dependency
+//! tree (through hashbrown); it hashes a 43-byte token in a few dozen instructions where
+//! SipHash-1-3, std's default, took ~500 for the endpoint and the token. Its resistance is the
+//! "minimal" kind its authors describe: an attacker who does not know the seed cannot make keys
+//! collide, one who could watch hash outputs could learn it. The cache never shows a hash, and
+//! an attacker's keys each cost an upstream call under the slot limit, so we take that trade;
+//! equality always compares the whole token and endpoint, so a collision only ever costs time.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::auth_url::Endpoint;
+
+/// The keyed hasher of the cache and of the in-flight map: foldhash with a random seed per
+/// instance (see the module docs for why this one).
+pub(crate) type KeyHasher = foldhash::fast::RandomState;
+
+/// Tokens up to this many bytes live inside their key: a 32-byte secret in base64url is 43.
+/// Longer ones take one allocation more.
+pub(crate) const INLINE_TOKEN_BYTES: usize = 48;
+
+/// The two parts of a key, whether owned or borrowed.
+pub(crate) trait KeyView {
+    /// The normalised endpoint.
+    fn endpoint(&self) -> &Endpoint;
+    /// The access token's bytes.
+    fn token(&self) -> &[u8];
+}
+
+impl Hash for dyn KeyView + '_ {
+    /// The endpoint's precomputed hash and the token: one pass over the token's bytes.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.endpoint().key_hash());
+        state.write(self.token());
+    }
+}
+
+impl PartialEq for dyn KeyView + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (self.endpoint(), other.endpoint());
+        // Keys of one configured authUrl share its `Endpoint`: no string comparison then.
+        self.token() == other.token() && (std::ptr::eq(a, b) || a.as_str() == b.as_str())
+    }
+}
+
+impl Eq for dyn KeyView + '_ {}
+
+/// An owned key, stored in the cache and the in-flight map.
+#[derive(Clone)]
+pub(crate) struct CacheKey {
+    /// Shared with every key of the same endpoint.
+    pub(crate) endpoint: Arc<Endpoint>,
+    /// The whole token, not a hash of it: a hash could let two tokens collide.
+    token: SmallVec<[u8; INLINE_TOKEN_BYTES]>,
+}
+
+impl CacheKey {
+    pub(crate) fn new(endpoint: Arc<Endpoint>, token: &str) -> Self {
+        CacheKey {
+            endpoint,
+            token: SmallVec::from_slice(token.as_bytes()),
+        }
+    }
+}
+
+impl KeyView for CacheKey {
+    fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+    fn token(&self) -> &[u8] {
+        &self.token
+    }
+}
+
+impl<'a> Borrow<dyn KeyView + 'a> for CacheKey {
+    fn borrow(&self) -> &(dyn KeyView + 'a) {
+        self
+    }
+}
+
+impl Hash for CacheKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (self as &dyn KeyView).hash(state);
+    }
+}
+
+impl PartialEq for CacheKey {
+    fn eq(&self, other: &Self) -> bool {
+        (self as &dyn KeyView) == (other as &dyn KeyView)
+    }
+}
+
+impl Eq for CacheKey {}
+
+impl fmt::Debug for CacheKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CacheKey")
+            .field("endpoint", &self.endpoint.as_str())
+            .field("token", &"[redacted]")
+            .finish()
+    }
+}
+
+/// A borrowed key, for look-ups that allocate nothing.
+pub(crate) struct KeyRef<'a> {
+    pub(crate) endpoint: &'a Endpoint,
+    pub(crate) token: &'a str,
+}
+
+impl KeyView for KeyRef<'_> {
+    fn endpoint(&self) -> &Endpoint {
+        self.endpoint
+    }
+    fn token(&self) -> &[u8] {
+        self.token.as_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::local::{Cache, Cached};
+    use crate::user::User;
+    use std::time::Duration;
+
+    fn key(endpoint: &str, token: &str) -> CacheKey {
+        CacheKey::new(Arc::new(Endpoint::parse(endpoint, false).unwrap()), token)
+    }
+
+    fn user(id: i64) -> Cached {
+        let user = Arc::new(User {
+            id,
+            name: format!("u{id}"),
+            extra: Default::default(),
+            stale: false,
+        });
+        Cached::user(user, Duration::from_secs(60))
+    }
+
+    /// The entry for `token` at `https://a.example`, looked up by a borrowed key.
+    fn at_a(cache: &Cache, token: &str) -> Option<Cached> {
+        let endpoint = Endpoint::parse("https://a.example", false).unwrap();
+        cache.get(&KeyRef {
+            endpoint: &endpoint,
+            token,
+        } as &dyn KeyView)
+    }
+
+    #[test]
+    fn short_tokens_live_inside_the_key_and_long_ones_still_match() {
+        let short = "a".repeat(43);
+        assert!(!key("https://a.example", &short).token.spilled());
+        let long = "b".repeat(INLINE_TOKEN_BYTES + 1);
+        assert!(key("https://a.example", &long).token.spilled());
+        let cache = Cache::new(
+            10,
+            Duration::from_secs(60),
+            Duration::from_secs(5),
+            Duration::ZERO,
+        );
+        for (id, t) in [(1, &short), (2, &long)] {
+            cache.insert(key("https://a.example", t), &user(id));
+        }
+        let get = |t: &str| at_a(&cache, t).and_then(|c| c.user_id());
+        assert_eq!((get(&short), get(&long)), (Some(1), Some(2)));
+        assert_eq!(get(&long[..INLINE_TOKEN_BYTES]), None);
+    }
+
+    #[test]
+    fn debug_of_a_key_is_redacted() {
+        let shown = format!("{:?}", key("https://a.example", "SECRET-TOKEN"));
+        assert!(!shown.contains("SECRET-TOKEN"), "{shown}");
+    }
+}
