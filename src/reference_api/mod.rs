@@ -220,7 +220,7 @@ impl ReferenceApi {
         let local_addr = listener.local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();
         let counts = Arc::new(ConnectionCounts::default());
-        let base_url = serve::describe(local_addr, tls.is_some());
+        let base_url = serve::base_url(local_addr, tls.is_some());
         let task = tokio::spawn(serve::serve(
             listener,
             self.router(),

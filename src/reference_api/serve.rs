@@ -119,7 +119,7 @@ pub(super) async fn serve(
     let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
 }
 
-/// The address a listener is bound to, for the log line.
-pub(super) fn describe(addr: SocketAddr, tls: bool) -> String {
+/// The base URL of a listener on `addr`: `http://ADDR`, or `https://ADDR` over TLS.
+pub(super) fn base_url(addr: SocketAddr, tls: bool) -> String {
     format!("{}://{addr}", if tls { "https" } else { "http" })
 }
