@@ -151,6 +151,7 @@ mod tests {
             name: format!("u{id}"),
             extra: Default::default(),
             stale: false,
+            expires_at: None,
         });
         Cached::user(user, Duration::from_secs(60))
     }

@@ -225,7 +225,7 @@ impl ReferenceApi {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local_addr = listener.local_addr()?;
         let counts = Arc::new(ConnectionCounts::default());
-        let base_url = serve::describe(local_addr, tls.is_some());
+        let base_url = serve::base_url(local_addr, tls.is_some());
         let router = self.router();
         let served = counts.clone();
         let task = ServerTask::spawn(move |stopped| {

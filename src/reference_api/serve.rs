@@ -101,7 +101,8 @@ pub(super) async fn serve(
                     watcher.watch(conn.into_owned()).await
                 }
                 Some(acceptor) => {
-                    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+                    let handshake =
+                        tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
                     let stream = match handshake.await {
                         Ok(Ok(stream)) => stream,
                         Err(_) => {
@@ -127,7 +128,7 @@ pub(super) async fn serve(
     let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
 }
 
-/// The address a listener is bound to, for the log line.
-pub(super) fn describe(addr: SocketAddr, tls: bool) -> String {
+/// The base URL of a listener on `addr`: `http://ADDR`, or `https://ADDR` over TLS.
+pub(super) fn base_url(addr: SocketAddr, tls: bool) -> String {
     format!("{}://{addr}", if tls { "https" } else { "http" })
 }
