@@ -4,12 +4,14 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use serde_json::json;
-use support::{resolver_for, Scripted};
+use support::{resolver_for, respond, user_answer, Scripted};
 use token_resolver::{ErrorCode, Revocation};
 
 fn unix_now() -> u64 {
@@ -154,4 +156,43 @@ async fn every_invalidation_is_told_to_subscribers_naming_tokens_without_them() 
         }
     );
     assert_eq!(events.recv().await.unwrap(), Revocation::All);
+}
+
+#[tokio::test]
+async fn an_expired_token_is_never_served_stale_through_an_outage() {
+    // Pins down that serve_stale_for does not outlive the token: once its exp has passed, an
+    // outage is an outage, not a stale answer.
+    let down = Arc::new(AtomicBool::new(false));
+    let d = down.clone();
+    let api = Scripted::start(move |_, _| {
+        let down = d.load(Ordering::SeqCst);
+        async move {
+            if down {
+                respond(503, &[], b"")
+            } else {
+                user_answer(7, "grace")
+            }
+        }
+    })
+    .await;
+    let resolver = resolver_for(&api.url())
+        .clock_skew(Duration::ZERO)
+        .cache_ttl(Duration::from_secs(1))
+        .serve_stale_for(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let token = jwt(unix_now() as i64 + 1);
+    resolver.resolve(&api.url(), &token).await.unwrap();
+    let other = jwt(unix_now() as i64 + 3600);
+    resolver.resolve(&api.url(), &other).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    down.store(true, Ordering::SeqCst);
+    let error = resolver.resolve(&api.url(), &token).await.unwrap_err();
+    assert_eq!(error.code(), ErrorCode::AuthUnavailable);
+    assert_eq!(resolver.stats().stale_served, 0);
+    let still_valid = resolver.resolve(&api.url(), &other).await.unwrap();
+    assert!(
+        still_valid.stale,
+        "a token still valid is served stale as before"
+    );
 }

@@ -379,14 +379,22 @@ impl Resolver {
         match result {
             Ok(Cached::User { user, .. }) => Ok((user, outcome)),
             Ok(Cached::Rejected { status, .. }) => Err((rejected(endpoint, status), Some(outcome))),
-            // Only an unreachable API falls back; a rejection or a broken answer never does.
+            // Only an unreachable API falls back; a rejection or a broken answer never does,
+            // nor does an answer whose token has expired since.
             Err(error) => match stale {
-                Some(user) if is_outage(&error) => {
+                Some(user) if is_outage(&error) && !self.has_expired(&user) => {
                     Ok((self.serve_stale(&user, &error), CacheOutcome::Stale))
                 }
                 _ => Err((error, Some(outcome))),
             },
         }
+    }
+
+    /// Whether `user`'s expiry (its answer's `exp` or its token's) has passed, beyond the
+    /// clock skew: such an answer is never served again, stale or not.
+    fn has_expired(&self, user: &User) -> bool {
+        user.expires_at
+            .is_some_and(|exp| exp.has_passed(self.inner.clock_skew))
     }
 
     /// `user`, flagged stale, counted and logged: the answer while the API is unreachable.
