@@ -143,6 +143,7 @@ async fn demo_walks_the_whole_flow_and_exits_0() {
         "cache hit",
         "auth_url_not_allowed",
         "token_rejected",
+        "revoked",
     ] {
         assert!(stdout.contains(step), "missing step {step:?} in:\n{stdout}");
     }

@@ -15,6 +15,8 @@ use token_resolver::{ErrorCode, Resolver};
 struct ServeApi {
     child: Child,
     base: String,
+    /// Kept open: the banner goes on after its first line, and a closed pipe would end it.
+    _stdout: BufReader<std::process::ChildStdout>,
 }
 
 impl Drop for ServeApi {
@@ -35,16 +37,19 @@ fn serve_api(args: &[&str]) -> ServeApi {
         .spawn()
         .unwrap();
     let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    stdout.read_line(&mut first).unwrap();
     let base = first
         .trim()
         .rsplit(' ')
         .next()
         .unwrap_or_default()
         .to_owned();
-    ServeApi { child, base }
+    ServeApi {
+        child,
+        base,
+        _stdout: stdout,
+    }
 }
 
 #[tokio::test]

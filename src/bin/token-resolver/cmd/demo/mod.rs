@@ -338,7 +338,8 @@ async fn refusals(
     Ok(())
 }
 
-/// Logout revokes the token; the game server is told and drops its cached answer.
+/// Logout revokes the token; the game server is told, drops its cached answer and ends the
+/// live session that holds the token, which the player reads at once.
 async fn revoke(
     out: &mut (dyn Write + Send),
     parties: &Parties,
@@ -352,19 +353,32 @@ async fn revoke(
         "[client] POST /api/logout",
         "the session and its tokens end",
     )?;
+    let told = Instant::now();
     parties.game.resolver().invalidate(&parties.base, token);
     step(
         out,
         "  [game server] invalidate the token",
-        "its cached answer is dropped",
+        "its cached answer is dropped, its live sessions told",
     )?;
+    match tokio::time::timeout(std::time::Duration::from_secs(5), player.next_push()).await {
+        Ok(Err(GameClientError::Revoked(_))) => step(
+            out,
+            "[client] (still in arena)",
+            &format!(
+                "revoked {:.2} ms after the logout, connection closed",
+                ms(told)
+            ),
+        )?,
+        other => return Err(format!("expected the session to be revoked, got {other:?}").into()),
+    }
+    let mut again = GameClient::open(parties.game.local_addr()).await?;
     let code = expect_refused(
-        player.connect(Some(token)).await,
+        again.connect(Some(token)).await,
         ErrorCode::TokenRejected.as_str(),
     )?;
     step(
         out,
-        "[client] connect with the revoked token",
+        "[client] reconnect with the revoked token",
         &format!("{code} (the web API said 401)"),
     )?;
     Ok(())
