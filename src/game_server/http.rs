@@ -71,6 +71,8 @@ pub(super) async fn serve(
             tracing::debug!(%peer, "HTTP listener full: connection closed");
             continue;
         };
+        // Small answers, sent at once: a WebSocket frame must not wait for the last ACK.
+        let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
         let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
         let connection = graceful.watch(connection.into_owned());

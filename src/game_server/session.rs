@@ -54,8 +54,8 @@ pub(super) trait Transport: Send {
     /// The next message, or what happened instead.
     fn recv(&mut self) -> impl Future<Output = io::Result<Incoming>> + Send;
 
-    /// Sends one message (a JSON object), framed as the transport frames it.
-    fn send(&mut self, message: &[u8]) -> impl Future<Output = io::Result<()>> + Send;
+    /// Sends one message (a JSON object, so UTF-8), framed as the transport frames it.
+    fn send(&mut self, message: Vec<u8>) -> impl Future<Output = io::Result<()>> + Send;
 
     /// Ends the connection, `how` says why.
     fn close(self, how: Close) -> impl Future<Output = ()> + Send;
@@ -112,11 +112,11 @@ async fn run<T: Transport>(
             biased;
             () = shared.cut.cancelled() => return ("cut", Close::Normal),
             () = levers.kick.cancelled() => {
-                let _ = send(transport, &revoked(), shared).await;
+                let _ = send(transport, revoked(), shared).await;
                 return ("revoked", Close::Normal);
             }
             () = shared.draining.cancelled() => {
-                let _ = send(transport, &shutdown(config.shutdown_retry_after), shared).await;
+                let _ = send(transport, shutdown(config.shutdown_retry_after), shared).await;
                 return ("shutdown", Close::GoingAway);
             }
             () = levers.recheck.notified() => Wake::Recheck,
@@ -129,7 +129,7 @@ async fn run<T: Transport>(
             Wake::Incoming(incoming) => incoming,
             Wake::Recheck => {
                 if !still_stands(shared, &holdings).await {
-                    let _ = send(transport, &revoked(), shared).await;
+                    let _ = send(transport, revoked(), shared).await;
                     return ("revoked", Close::Normal);
                 }
                 continue;
@@ -137,7 +137,7 @@ async fn run<T: Transport>(
             Wake::Timer => match timers.due() {
                 None => continue,
                 Some(Due::Reauth(within)) => {
-                    if send(transport, &reauth_required(within), shared)
+                    if send(transport, reauth_required(within), shared)
                         .await
                         .is_err()
                     {
@@ -147,12 +147,12 @@ async fn run<T: Transport>(
                 }
                 Some(Due::Expired) => {
                     let msg = "no refresh came in time after reauth_required; closing";
-                    let _ = send(transport, &refusal(SESSION_EXPIRED, msg, false), shared).await;
+                    let _ = send(transport, refusal(SESSION_EXPIRED, msg, false), shared).await;
                     return (SESSION_EXPIRED, Close::Normal);
                 }
                 Some(Due::Revalidate) => {
                     if !still_stands(shared, &holdings).await {
-                        let _ = send(transport, &revoked(), shared).await;
+                        let _ = send(transport, revoked(), shared).await;
                         return ("revoked", Close::Normal);
                     }
                     continue;
@@ -162,7 +162,7 @@ async fn run<T: Transport>(
         let reply = match incoming {
             Err(_) => {
                 let msg = format!("no message within {:?}; closing", config.idle_timeout);
-                let _ = send(transport, &refusal(IDLE_TIMEOUT, &msg, false), shared).await;
+                let _ = send(transport, refusal(IDLE_TIMEOUT, &msg, false), shared).await;
                 return (IDLE_TIMEOUT, Close::Normal);
             }
             Ok(Err(_)) | Ok(Ok(Incoming::Closed)) => return ("closed", Close::Normal),
@@ -171,7 +171,7 @@ async fn run<T: Transport>(
                     "a message is longer than {} bytes; closing",
                     config.max_line_bytes
                 );
-                let _ = send(transport, &refusal(LINE_TOO_LONG, &msg, false), shared).await;
+                let _ = send(transport, refusal(LINE_TOO_LONG, &msg, false), shared).await;
                 return (LINE_TOO_LONG, Close::TooBig);
             }
             Ok(Ok(Incoming::Unsupported(why))) => refusal(BAD_REQUEST, why, false).into(),
@@ -187,7 +187,7 @@ async fn run<T: Transport>(
         };
         shared.registry.update(connection, &holdings);
         timers.rearm(&holdings);
-        if send(transport, &reply.message, shared).await.is_err() {
+        if send(transport, reply.message, shared).await.is_err() {
             return ("write_failed", Close::Normal);
         }
         if reply.close {
@@ -205,7 +205,11 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 }
 
 /// Sends one message within `write_timeout`: a client that does not read is let go.
-async fn send<T: Transport>(transport: &mut T, message: &[u8], shared: &Shared) -> io::Result<()> {
+async fn send<T: Transport>(
+    transport: &mut T,
+    message: Vec<u8>,
+    shared: &Shared,
+) -> io::Result<()> {
     let timeout = shared.config.write_timeout;
     match tokio::time::timeout(timeout, transport.send(message)).await {
         Ok(result) => result,

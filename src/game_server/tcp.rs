@@ -122,11 +122,9 @@ impl Transport for TcpTransport {
         )
     }
 
-    async fn send(&mut self, message: &[u8]) -> io::Result<()> {
-        let mut line = Vec::with_capacity(message.len() + 1);
-        line.extend_from_slice(message);
-        line.push(b'\n');
-        self.writer.write_all(&line).await
+    async fn send(&mut self, mut message: Vec<u8>) -> io::Result<()> {
+        message.push(b'\n');
+        self.writer.write_all(&message).await
     }
 
     async fn close(mut self, how: Close) {

@@ -144,7 +144,7 @@ async fn upgrade(
         return ws.on_upgrade(|socket| async move {
             let mut transport = WsTransport { socket };
             let busy = refusal(SERVER_BUSY, "too many connections; retry shortly", true);
-            let _ = transport.send(&busy).await;
+            let _ = transport.send(busy).await;
             transport.close(Close::Busy).await;
         });
     };
@@ -195,8 +195,9 @@ impl Transport for WsTransport {
         }
     }
 
-    async fn send(&mut self, message: &[u8]) -> io::Result<()> {
-        let text = String::from_utf8_lossy(message).into_owned();
+    async fn send(&mut self, message: Vec<u8>) -> io::Result<()> {
+        let text = String::from_utf8(message)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
         self.socket
             .send(Message::Text(text.into()))
             .await

@@ -47,6 +47,8 @@ pub struct GameServerProcess {
     pub addr: SocketAddr,
     /// Where its admin listener listens, when `--admin-listen` was given.
     pub admin: Option<SocketAddr>,
+    /// Where its WebSocket listener listens, when `--ws-listen` was given.
+    pub websocket: Option<SocketAddr>,
     /// The banner it printed on stdout.
     pub banner: String,
     /// Kept open so that the server never writes to a closed pipe.
@@ -116,8 +118,10 @@ impl GameServerProcess {
                 .lines()
                 .find(|l| l.starts_with(prefix))
                 .and_then(|l| {
-                    l.split_whitespace()
-                        .find_map(|w| w.trim_start_matches("http://").parse().ok())
+                    l.split_whitespace().find_map(|w| {
+                        let w = w.trim_start_matches("http://").trim_start_matches("ws://");
+                        w.trim_end_matches("/ws").parse().ok()
+                    })
                 })
         };
         let addr = address_after("game server listening").unwrap_or_else(|| {
@@ -130,10 +134,16 @@ impl GameServerProcess {
             child,
             addr,
             admin: address_after("admin listener"),
+            websocket: address_after("WebSocket listener"),
             banner,
             _stdout: reader,
             stderr,
         }
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// What it logged on stderr so far.
