@@ -4,6 +4,8 @@
 //! client, one request at a time, every player's token already cached.
 //!
 //! - `axum_hit/{no_auth,extractor,layer}`: criterion's time per request.
+//! - `axum_hit_in_process/…`: the same router called as a tower service, no HTTP: the CPU that
+//!   each way in costs, without loopback's noise.
 //! - then a summary: the three routes called in turn, round after round, so that a load change
 //!   on the machine falls on all three alike; the median and p99 latency of each, and each
 //!   auth route's median over `no_auth`'s. Target: `extractor` <= 1.1x `no_auth`.
@@ -24,6 +26,7 @@ use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use support::{token, LoopbackServer, Upstream, UpstreamConfig};
 use token_resolver::axum::{AuthLayer, Authenticated};
+use token_resolver::Resolver;
 
 /// Players, each with a cached token; requests go round them.
 const PLAYERS: u64 = 100;
@@ -41,6 +44,8 @@ struct Fixture {
     _app: LoopbackServer,
     base: String,
     client: Client,
+    /// The app's resolver, for the in-process router.
+    resolver: Resolver,
     tokens: Arc<Vec<String>>,
 }
 
@@ -58,20 +63,24 @@ async fn authenticated(Authenticated(user): Authenticated) -> Json<Value> {
     Json(json!({ "id": user.id, "name": user.name }))
 }
 
+/// The game API: one route per way in, the same handler behind each auth.
+fn app(resolver: Resolver) -> Router {
+    Router::new()
+        .route("/layer", get(authenticated))
+        .route_layer(AuthLayer::new(resolver.clone()))
+        .route("/extractor", get(authenticated))
+        .route("/no_auth", get(no_auth))
+        .with_state(resolver)
+}
+
 impl Fixture {
     fn new() -> Fixture {
         let rt = support::runtime();
         let upstream = Upstream::start(UpstreamConfig::default()).expect("the upstream starts");
         let resolver = support::resolver(&upstream.base());
-        let app = LoopbackServer::start("game-api", move || {
-            Router::new()
-                .route("/layer", get(authenticated))
-                .route_layer(AuthLayer::new(resolver.clone()))
-                .route("/extractor", get(authenticated))
-                .route("/no_auth", get(no_auth))
-                .with_state(resolver)
-        })
-        .expect("the game API starts");
+        let served = resolver.clone();
+        let app =
+            LoopbackServer::start("game-api", move || app(served)).expect("the game API starts");
         let client =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
                 .build_http();
@@ -82,6 +91,7 @@ impl Fixture {
             base: app.base(),
             _app: app,
             client,
+            resolver,
             tokens: Arc::new(tokens),
         };
         f.rt.block_on(async {
@@ -137,10 +147,48 @@ fn axum_hit(c: &mut Criterion) {
         });
     }
     group.finish();
+    in_process(c, &f);
     // `--test` (each bench once, as CI runs them) and `--list` measure nothing.
     if !std::env::args().any(|arg| arg == "--test" || arg == "--list") {
         summary(&f);
     }
+}
+
+/// The same router called as a tower service, with no HTTP or socket: what each way in costs
+/// in CPU alone, without loopback's noise.
+fn in_process(c: &mut Criterion, f: &Fixture) {
+    use tower_service::Service;
+    let router = app(f.resolver.clone());
+    let mut group = c.benchmark_group("axum_hit_in_process");
+    for route in ROUTES {
+        let path = format!("/{route}");
+        let bearers: Vec<String> = f.tokens.iter().map(|t| format!("Bearer {t}")).collect();
+        group.bench_function(route, |b| {
+            b.iter_custom(|iters| {
+                f.rt.block_on(async {
+                    let mut router = router.clone();
+                    let start = Instant::now();
+                    for i in 0..iters {
+                        let request = Request::get(path.as_str())
+                            .header(header::AUTHORIZATION, &bearers[(i % PLAYERS) as usize])
+                            .body(axum::body::Body::empty())
+                            .expect("a valid request");
+                        std::future::poll_fn(|cx| {
+                            Service::<Request<axum::body::Body>>::poll_ready(&mut router, cx)
+                        })
+                        .await
+                        .expect("infallible");
+                        let response = router.call(request).await.expect("infallible");
+                        assert_eq!(response.status(), StatusCode::OK);
+                        let body = response.into_body().collect().await.expect("a body");
+                        black_box(body.to_bytes());
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+    }
+    group.finish();
 }
 
 /// The routes called in turn for `ROUNDS` rounds; prints each one's median and p99 and the
