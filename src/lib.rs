@@ -138,3 +138,8 @@ pub use user::{ExtraFields, User};
 #[cfg(all(doctest, feature = "reference-api", feature = "redis"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// `docs/axum.md`'s Rust examples compile as doctests.
+#[cfg(all(doctest, feature = "axum"))]
+#[doc = include_str!("../docs/axum.md")]
+struct AxumDocDoctests;
