@@ -37,18 +37,23 @@ const ROUTES: [&str; 3] = ["no_auth", "extractor", "layer"];
 
 /// The game API under measure, its upstream, and a client on the bench's runtime.
 struct Fixture {
+    /// The client's runtime, apart from the app's and the upstream's.
     rt: tokio::runtime::Runtime,
     /// Answers the warm-up; cache hits never reach it.
     upstream: Upstream,
     /// The app, on a thread and runtime of its own, as a game server's HTTP API would be.
     _app: LoopbackServer,
+    /// `http://127.0.0.1:PORT` of the app.
     base: String,
+    /// One pooled keep-alive client for every route, so that they differ only in their auth.
     client: Client,
     /// The app's resolver, for the in-process router.
     resolver: Resolver,
+    /// The players' tokens, each cached by the warm-up.
     tokens: Arc<Vec<String>>,
 }
 
+/// A bare hyper client: the least a client adds to each request.
 type Client = hyper_util::client::legacy::Client<
     hyper_util::client::legacy::connect::HttpConnector,
     http_body_util::Empty<axum::body::Bytes>,

@@ -50,14 +50,18 @@ impl FromRef<GameApi> for Resolver {
 /// A player's line on the leaderboard.
 #[derive(Clone)]
 struct Entry {
+    /// The user id the auth API vouched for: the key of a player's line.
     id: i64,
+    /// Their name as the auth API gave it when they scored.
     name: String,
+    /// Their best score.
     score: u64,
 }
 
 /// The body of `POST /scores`.
 #[derive(Deserialize)]
 struct Submitted {
+    /// The score of one game.
     score: u64,
 }
 
