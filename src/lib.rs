@@ -37,6 +37,13 @@
 //! - `error`: [`ResolveError`], [`ErrorCode`], [`ConfigError`].
 //! - [`telemetry`]: the metric names this crate records.
 //!
+//! Integrations, for an embedder's own servers:
+//!
+//! - [`axum`] (feature `axum`): the [`Authenticated`](axum::Authenticated) and
+//!   [`AuthIdentity`](axum::AuthIdentity) extractors, [`AuthLayer`](axum::AuthLayer), a tower
+//!   layer that resolves before the inner service, and [`AuthRejection`](axum::AuthRejection),
+//!   each error code as an HTTP answer. `docs/axum.md` covers using them.
+//!
 //! The other parties of the seed, built on the core and never the other way round:
 //!
 //! - [`player`]: the player's side: [`RoomInfo`](player::RoomInfo) and its authUrl rule,
@@ -59,11 +66,12 @@
 //! # Features
 //!
 //! - `redis`: the shared cache tier ([`RedisTier`]), with TLS (rustls), Sentinel and Cluster.
+//! - `axum`: the axum/tower integration above (axum, and tower's layer and service traits).
 //! - `reference-api`: the companion products above (axum, argon2).
 //! - `cli` (default): the binary; pulls in both, plus clap.
 //!
 //! A game server that embeds the resolver depends with `default-features = false` and pulls in
-//! neither axum nor clap.
+//! neither axum nor clap; with `features = ["axum"]` it pulls in axum, but not clap or argon2.
 //!
 //! # Example
 //!
@@ -101,6 +109,9 @@ mod token;
 mod upstream;
 mod user;
 
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub mod axum;
 #[cfg(feature = "reference-api")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reference-api")))]
 pub mod check;
@@ -129,3 +140,8 @@ pub use user::{Expiry, ExtraFields, User};
 #[cfg(all(doctest, feature = "reference-api", feature = "redis"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// `docs/axum.md`'s Rust examples compile as doctests.
+#[cfg(all(doctest, feature = "axum"))]
+#[doc = include_str!("../docs/axum.md")]
+struct AxumDocDoctests;

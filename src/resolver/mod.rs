@@ -203,6 +203,32 @@ impl Resolver {
             .map(Identity::Authenticated)
     }
 
+    /// The identity behind an HTTP request's bearer token, for the axum integration: at
+    /// `auth_url`, or at the default authUrl when `None`. `token` is what the `Authorization`
+    /// header gave, or why it gave nothing usable (two headers, bytes that are not ASCII), an
+    /// error counted as any refused resolution. With `auth_required(false)` this is
+    /// [`Identity::Anonymous`] whatever the header held, as for a connect.
+    #[cfg(feature = "axum")]
+    pub(crate) async fn resolve_bearer(
+        &self,
+        auth_url: Option<&str>,
+        token: Result<&str, ResolveError>,
+    ) -> Result<Identity, ResolveError> {
+        if !self.inner.auth_required {
+            return Ok(Identity::Anonymous);
+        }
+        match token {
+            Ok(token) => self
+                .resolve_traced(auth_url.map_or(Target::Default, Target::Url), token)
+                .await
+                .map(Identity::Authenticated),
+            Err(error) => {
+                self.inner.resolutions.count(error.code().as_str());
+                Err(error)
+            }
+        }
+    }
+
     /// One resolution in its span, counted in the metrics.
     async fn resolve_traced(
         &self,

@@ -5,6 +5,7 @@
 mod capture;
 #[cfg(feature = "reference-api")]
 mod game_server;
+mod http_app;
 mod raw;
 #[cfg(feature = "reference-api")]
 mod reference_api;
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 pub use capture::*;
 #[cfg(feature = "reference-api")]
 pub use game_server::*;
+pub use http_app::*;
 pub use raw::*;
 #[cfg(feature = "reference-api")]
 pub use reference_api::*;
