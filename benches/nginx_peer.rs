@@ -1,0 +1,390 @@
+//! The nginx peer, side by side: what a user would deploy instead of embedding the resolver is
+//! nginx's `auth_request` to the integrator's `/api/user`, cached with `proxy_cache` (and
+//! `proxy_cache_lock`), in front of their game API. One small axum route is served two ways in
+//! one run, both driven by the same load client over 64 keep-alive connections, every token
+//! already cached (a warm-up goes first):
+//!
+//! - `nginx`: nginx (2 workers) with `auth_request` to the reference API's `/api/user`, then
+//!   `proxy_pass` to the route, which has no auth of its own;
+//! - `Authenticated`: the route served directly, with the `axum` feature's extractor.
+//!
+//! Alternating rounds of a fixed time each; the table shows each row's median round (by
+//! throughput), and the median of the per-round ratios with its range. Target: `Authenticated`
+//! >= 2x nginx's throughput, with a lower p99.
+//!
+//! `cargo bench --bench nginx_peer`; skipped with a note where `nginx` is not installed
+//! (`apt-get install nginx`).
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::routing::get;
+use axum::{Json, Router};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use token_resolver::axum::Authenticated;
+use token_resolver::player::IntegratorClient;
+use token_resolver::reference_api::{ApiConfig, ReferenceApi};
+use token_resolver::Resolver;
+
+use support::LoopbackServer;
+
+/// Keep-alive connections of the load client, one token each.
+const CONNECTIONS: usize = 64;
+/// Measured rounds, alternating which row goes first.
+const ROUNDS: usize = 5;
+/// How long each row runs in each round.
+const ROUND_TIME: Duration = Duration::from_secs(2);
+
+/// The game route behind nginx: nginx has let the request through, and says no more.
+async fn behind_nginx() -> Json<Value> {
+    Json(json!({ "ok": true }))
+}
+
+/// The game route served directly: the player as the resolver found them.
+async fn direct(Authenticated(user): Authenticated) -> Json<Value> {
+    Json(json!({ "id": user.id, "name": user.name }))
+}
+
+/// An axum app on a thread of its own with a two-worker runtime, as a game API would run.
+struct App {
+    addr: SocketAddr,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl App {
+    fn start(router: Router) -> App {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("game-api")
+            .enable_all()
+            .build()
+            .expect("the app's runtime");
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("a loopback port");
+        let addr = listener.local_addr().expect("its address");
+        runtime.spawn(async move { axum::serve(listener, router).await });
+        App {
+            addr,
+            _runtime: runtime,
+        }
+    }
+}
+
+/// nginx in the foreground with a configuration of its own in a directory of its own; stopped
+/// on drop.
+struct Nginx {
+    child: Child,
+    addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Nginx {
+    /// `None` when no `nginx` is installed.
+    fn installed() -> Option<PathBuf> {
+        ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+    }
+
+    fn start(binary: &Path, game: SocketAddr, auth: SocketAddr) -> Nginx {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("nginx-peer-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("cache")).expect("nginx's directory");
+        // The workers run as an unprivileged user when the master is root: let them write.
+        let _ = Command::new("chmod")
+            .args(["-R", "0777"])
+            .arg(&dir)
+            .status();
+        let d = dir.display();
+        let config = format!(
+            r#"worker_processes 2;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {d}/body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    proxy_cache_path {d}/cache levels=1:2 keys_zone=auth:10m max_size=100m inactive=10m;
+    upstream game {{ server {game}; keepalive 64; }}
+    upstream integrator {{ server {auth}; keepalive 16; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            auth_request /_auth;
+            proxy_pass http://game;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+        location = /_auth {{
+            internal;
+            proxy_pass http://integrator/api/user;
+            proxy_method POST;
+            proxy_pass_request_body off;
+            proxy_set_header Content-Length "";
+            proxy_set_header Authorization $http_authorization;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_cache auth;
+            proxy_cache_key $http_authorization;
+            proxy_cache_valid 200 401 403 60s;
+            proxy_ignore_headers Cache-Control Expires Set-Cookie Vary;
+            proxy_cache_lock on;
+        }}
+    }}
+}}
+"#
+        );
+        let path = dir.join("nginx.conf");
+        std::fs::write(&path, config).expect("nginx.conf");
+        let child = Command::new(binary)
+            .arg("-p")
+            .arg(&dir)
+            .arg("-c")
+            .arg(&path)
+            .args(["-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("nginx starts");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "nginx did not listen on {addr}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Nginx { child, addr, dir }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A port nothing listens on now, for nginx.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// What one row gave in one round.
+struct Run {
+    per_second: f64,
+    p50: Duration,
+    p99: Duration,
+    errors: usize,
+}
+
+/// A keep-alive HTTP/1.1 connection to `addr`.
+async fn connect(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Empty<Bytes>> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("a connection");
+    stream.set_nodelay(true).expect("TCP_NODELAY");
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("an HTTP/1.1 connection");
+    tokio::spawn(conn);
+    sender
+}
+
+/// `CONNECTIONS` keep-alive connections to `addr`, each sending `GET /profile` with its own
+/// token, one request at a time, for `ROUND_TIME`.
+async fn drive(addr: SocketAddr, tokens: &Arc<Vec<String>>) -> Run {
+    let started = Instant::now();
+    let deadline = started + ROUND_TIME;
+    let tasks: Vec<_> = (0..CONNECTIONS)
+        .map(|c| {
+            let bearer = format!("Bearer {}", tokens[c]);
+            tokio::spawn(async move {
+                let mut sender = connect(addr).await;
+                let (mut latencies, mut errors) = (Vec::new(), 0);
+                while Instant::now() < deadline {
+                    if sender.ready().await.is_err() {
+                        // The server closed the connection (it may, after an error answer).
+                        sender = connect(addr).await;
+                    }
+                    let request = hyper::Request::get("/profile")
+                        .header("host", "game.example")
+                        .header("authorization", &bearer)
+                        .body(Empty::<Bytes>::new())
+                        .expect("a request");
+                    let asked = Instant::now();
+                    let ok = match sender.send_request(request).await {
+                        Ok(response) => {
+                            let ok = response.status().is_success();
+                            ok && response.into_body().collect().await.is_ok()
+                        }
+                        Err(_) => false,
+                    };
+                    latencies.push(asked.elapsed());
+                    errors += usize::from(!ok);
+                }
+                (latencies, errors)
+            })
+        })
+        .collect();
+    let (mut latencies, mut errors) = (Vec::new(), 0);
+    for task in tasks {
+        let (l, e) = task.await.expect("a client task");
+        latencies.extend(l);
+        errors += e;
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    Run {
+        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50: at(0.50),
+        p99: at(0.99),
+        errors,
+    }
+}
+
+/// `count` access tokens from the reference API at `base`, one per device login.
+async fn tokens(base: &str, count: usize) -> Vec<String> {
+    let mut tokens = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut client = IntegratorClient::new(base).expect("a client");
+        client
+            .login_device(&format!("bench-device-{i}"))
+            .await
+            .expect("a device login");
+        tokens.push(
+            client
+                .fetch_access_token()
+                .await
+                .expect("a token")
+                .secret()
+                .to_owned(),
+        );
+    }
+    tokens
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list" || a == "--test") {
+        return;
+    }
+    println!("nginx_peer: one axum route behind nginx auth_request + proxy_cache, and with Authenticated");
+    println!();
+    let Some(nginx) = Nginx::installed() else {
+        println!("skipped: nginx is not installed (apt-get install nginx runs this row)");
+        return;
+    };
+    let api = ReferenceApi::new(ApiConfig::default()).expect("the reference API");
+    let served = api.clone();
+    let integrator = LoopbackServer::start("reference-api", move || served.router())
+        .expect("the reference API serves");
+    let base = integrator.base();
+    let resolver = Resolver::builder()
+        .default_auth_url(&base)
+        .build()
+        .expect("a resolver");
+    let behind = App::start(Router::new().route("/profile", get(behind_nginx)));
+    let authenticated = App::start(
+        Router::new()
+            .route("/profile", get(direct))
+            .with_state(resolver),
+    );
+    let integrator_addr: SocketAddr = base.trim_start_matches("http://").parse().unwrap();
+    let nginx = Nginx::start(&nginx, behind.addr, integrator_addr);
+
+    let client = support::runtime();
+    client.block_on(async {
+        let tokens = Arc::new(tokens(&base, CONNECTIONS).await);
+        // Warm-up: every token cached on both paths, every connection pool filled.
+        for addr in [nginx.addr, authenticated.addr] {
+            let warm = drive(addr, &tokens).await;
+            assert_eq!(warm.errors, 0, "the warm-up at {addr} had refusals");
+        }
+        let mut rounds: Vec<(Run, Run)> = Vec::with_capacity(ROUNDS);
+        for round in 0..ROUNDS {
+            let (n, a) = if round % 2 == 0 {
+                let n = drive(nginx.addr, &tokens).await;
+                (n, drive(authenticated.addr, &tokens).await)
+            } else {
+                let a = drive(authenticated.addr, &tokens).await;
+                (drive(nginx.addr, &tokens).await, a)
+            };
+            rounds.push((n, a));
+        }
+        let errors: usize = rounds.iter().map(|(n, a)| n.errors + a.errors).sum();
+        // All hits: each token reached /api/user once through nginx and once through the
+        // resolver, in the warm-up.
+        let calls = api.user_requests();
+        assert!(
+            calls <= 2 * CONNECTIONS as u64,
+            "{calls} calls to /api/user: a path did not cache"
+        );
+        let ratios: Vec<f64> = rounds
+            .iter()
+            .map(|(n, a)| a.per_second / n.per_second)
+            .collect();
+        let p99_lower = rounds.iter().filter(|(n, a)| a.p99 < n.p99).count();
+        let ratio = median(ratios.clone());
+        let (low, high) = ratios
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), r| (l.min(*r), h.max(*r)));
+        println!(
+            "{CONNECTIONS} connections, {ROUNDS} alternating rounds of {} s each, all cache hits",
+            ROUND_TIME.as_secs()
+        );
+        println!();
+        println!("| row | requests/s | p50 | p99 | vs nginx (median, range) |");
+        println!("|---|---:|---:|---:|---|");
+        for (label, pick) in [("nginx auth_request + proxy_cache", 0), ("Authenticated (axum feature)", 1)] {
+            let mut runs: Vec<&Run> = rounds
+                .iter()
+                .map(|(n, a)| if pick == 0 { n } else { a })
+                .collect();
+            runs.sort_by(|x, y| x.per_second.total_cmp(&y.per_second));
+            let run = runs[runs.len() / 2];
+            let vs = if pick == 0 {
+                "1.00x".to_owned()
+            } else {
+                format!("{ratio:.2}x ({low:.2}x-{high:.2}x)")
+            };
+            println!(
+                "| {label} | {:.0} | {} | {} | {vs} |",
+                run.per_second,
+                ms(run.p50),
+                ms(run.p99)
+            );
+        }
+        println!();
+        println!(
+            "target: >= 2x nginx's throughput: {} ({ratio:.2}x, median of {ROUNDS} per-round ratios); lower p99: {} (in {p99_lower} of {ROUNDS} rounds); errors: {errors}; /api/user calls: {calls}",
+            if ratio >= 2.0 { "met" } else { "missed" },
+            if p99_lower * 2 > ROUNDS { "met" } else { "missed" },
+        );
+    });
+}
