@@ -8,6 +8,7 @@ mod game_server;
 mod raw;
 #[cfg(feature = "reference-api")]
 mod reference_api;
+mod revoke_recorder;
 mod scripted;
 mod untrusted_tls;
 
@@ -19,6 +20,7 @@ pub use game_server::*;
 pub use raw::*;
 #[cfg(feature = "reference-api")]
 pub use reference_api::*;
+pub use revoke_recorder::*;
 pub use scripted::*;
 use token_resolver::Resolver;
 pub use untrusted_tls::*;
