@@ -1,5 +1,5 @@
 //! The `token-resolver` binary as a user runs it: `resolve`'s one JSON line and exit status,
-//! and `demo` completing the seed's flow.
+//! `serve-api`'s usage errors, and `demo` completing the seed's flow.
 
 mod support;
 
@@ -11,6 +11,7 @@ use support::{login_and_take_token, reference_api};
 fn bin() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_token-resolver"));
     cmd.env_remove("TOKEN_RESOLVER_TOKEN")
+        .env_remove("TOKEN_RESOLVER_ADMIN_TOKEN")
         .env("RUST_LOG", "trace");
     cmd
 }
@@ -43,10 +44,10 @@ async fn resolve_prints_the_user_and_exits_0() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(
-        json_line(&out),
-        serde_json::json!({"id": 1, "name": "Alice"})
-    );
+    // The reference API also answers `exp`, which the resolver may keep among the extra fields.
+    let mut line = json_line(&out);
+    line.as_object_mut().unwrap().remove("exp");
+    assert_eq!(line, serde_json::json!({"id": 1, "name": "Alice"}));
     assert!(!String::from_utf8_lossy(&out.stderr).contains(&token));
 }
 
@@ -120,6 +121,33 @@ async fn usage_errors_exit_2_with_nothing_on_stdout() {
         let out = output(cmd).await;
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(out.stdout.is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_api_notify_needs_a_good_admin_token() {
+    // Pins down `serve-api --notify`: without TOKEN_RESOLVER_ADMIN_TOKEN, with one under 16
+    // bytes, or with a target that is not an http(s) base URL, it exits 2 at once, saying
+    // why, and never prints the secret.
+    let short = "fifteen-bytes!!";
+    let good = "a-good-admin-token-0123456789";
+    for (token, target, says) in [
+        (None, "http://127.0.0.1:9", "TOKEN_RESOLVER_ADMIN_TOKEN"),
+        (Some(short), "http://127.0.0.1:9", "at least 16"),
+        (Some(good), "ftp://127.0.0.1:9", "ftp://127.0.0.1:9"),
+    ] {
+        let mut cmd = bin();
+        cmd.args(["serve-api", "--listen", "127.0.0.1:0", "--notify", target]);
+        if let Some(token) = token {
+            cmd.env("TOKEN_RESOLVER_ADMIN_TOKEN", token);
+        }
+        let out = output(cmd).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{token:?} {target}: {stderr}");
+        assert!(stderr.contains(says), "{token:?} {target}: {stderr}");
+        for secret in [short, good] {
+            assert!(!stderr.contains(secret), "{stderr}");
+        }
     }
 }
 

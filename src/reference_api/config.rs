@@ -1,8 +1,11 @@
-//! What a reference API serves: its users ([`ApiUser`], [`demo_users`], a users file) and the
-//! token lifetime ([`ApiConfig`]), checked before anything is hashed ([`ApiConfigError`]).
+//! What a reference API serves: its users ([`ApiUser`], [`demo_users`], a users file), the
+//! token lifetime, the game servers it tells of revocations with its admin secret
+//! ([`AdminSecret`]), and how it resists password guessing ([`LoginLimits`]) ([`ApiConfig`]),
+//! all checked before anything is hashed ([`ApiConfigError`]).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -59,9 +62,21 @@ pub fn demo_users() -> Vec<ApiUser> {
 pub struct ApiConfig {
     /// The users who can log in with a password. Default: [`demo_users`].
     pub users: Vec<ApiUser>,
-    /// How long an access token lives after `/api/access_token` issued it. Default: 3600 s.
-    /// Zero makes every token expire at once (useful in tests).
+    /// How long an access token lives after `/api/access_token` issued it, and the most a
+    /// client may ask for with `expires_in`. Default: 3600 s. Zero makes every token expire at
+    /// once (useful in tests).
     pub token_ttl: Duration,
+    /// Game servers' admin base URLs (`http://10.0.0.5:9350`), each told of revocations at
+    /// `{URL}/admin/revoke`: the live tokens of a session on logout, a user on a ban. Default:
+    /// none. Needs [`admin_secret`](Self::admin_secret).
+    pub notify: Vec<String>,
+    /// The bearer secret of `POST /api/admin/ban` and `/api/admin/unban`, and the one sent to
+    /// the [`notify`](Self::notify) targets. Default: `None`, and the admin endpoints answer
+    /// 404.
+    pub admin_secret: Option<AdminSecret>,
+    /// How failed logins are throttled and password checks bounded. Default:
+    /// [`LoginLimits::default`].
+    pub login_limits: LoginLimits,
 }
 
 impl Default for ApiConfig {
@@ -69,7 +84,125 @@ impl Default for ApiConfig {
         Self {
             users: demo_users(),
             token_ttl: Duration::from_secs(3600),
+            notify: Vec::new(),
+            admin_secret: None,
+            login_limits: LoginLimits::default(),
         }
+    }
+}
+
+/// The admin secret shared by the reference API and the game servers
+/// (`TOKEN_RESOLVER_ADMIN_TOKEN`): at least [`AdminSecret::MIN_BYTES`] bytes.
+///
+/// `Debug` prints `[redacted]`; there is no `Display`. Cheap to clone.
+#[derive(Clone)]
+pub struct AdminSecret(Arc<str>);
+
+impl AdminSecret {
+    /// The shortest secret accepted, in bytes.
+    pub const MIN_BYTES: usize = 16;
+
+    /// Takes `secret` as the admin secret.
+    ///
+    /// # Errors
+    ///
+    /// [`ApiConfigError::ShortAdminSecret`] when it has fewer than [`Self::MIN_BYTES`] bytes,
+    /// [`ApiConfigError::AdminSecretNotPrintable`] when it has a byte that is not visible
+    /// ASCII (it travels in an `Authorization` header).
+    pub fn new(secret: impl Into<String>) -> Result<Self, ApiConfigError> {
+        let secret = secret.into();
+        if secret.len() < Self::MIN_BYTES {
+            return Err(ApiConfigError::ShortAdminSecret { len: secret.len() });
+        }
+        if !secret.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ApiConfigError::AdminSecretNotPrintable);
+        }
+        Ok(Self(secret.into()))
+    }
+
+    /// The secret itself. Handle with care: never log it, nor put it in an error.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for AdminSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AdminSecret([redacted])")
+    }
+}
+
+/// How the reference API resists password guessing: failed logins are counted per username
+/// and per client address, and past a limit the next attempts answer `429` with
+/// `Retry-After`, without checking the password; and password checks (argon2) are bounded so
+/// that a flood of logins leaves the other endpoints their CPU.
+///
+/// A failure is forgotten once [`window`](Self::window) passes without another one (counted
+/// from the end of any lockout). A success clears its username's count, not its address's.
+#[derive(Debug, Clone)]
+pub struct LoginLimits {
+    /// Failures of one username before it is locked out. Default: 5.
+    pub failures_per_username: u32,
+    /// Failures from one client address (an IPv6 /64) before it is locked out, across
+    /// usernames. Higher than the username's, since players behind one NAT share an address.
+    /// Default: 20.
+    pub failures_per_address: u32,
+    /// How long failures are remembered without a new one. Default: 60 s.
+    pub window: Duration,
+    /// The lockout at the limit; it doubles with each further failure. Default: 5 s.
+    pub first_lockout: Duration,
+    /// The longest lockout. Default: 15 min.
+    pub max_lockout: Duration,
+    /// Usernames, and addresses, tracked at most (each map apart); at the cap the entry that
+    /// would be forgotten first makes room. Default: 100,000.
+    pub max_tracked: usize,
+    /// Password checks (argon2, ~19 MiB and a core each) running at once. Default: one per
+    /// core beyond the first, at least 1.
+    pub concurrent_verifications: usize,
+    /// Password checks waiting for a slot; one more answers `503` with `Retry-After`.
+    /// Default: 32.
+    pub queued_verifications: usize,
+}
+
+impl Default for LoginLimits {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self {
+            failures_per_username: 5,
+            failures_per_address: 20,
+            window: Duration::from_secs(60),
+            first_lockout: Duration::from_secs(5),
+            max_lockout: Duration::from_secs(15 * 60),
+            max_tracked: 100_000,
+            concurrent_verifications: cores.saturating_sub(1).max(1),
+            queued_verifications: 32,
+        }
+    }
+}
+
+impl LoginLimits {
+    /// Checks that every count is at least 1 and that the first lockout is not longer than
+    /// the longest.
+    fn validate(&self) -> Result<(), ApiConfigError> {
+        let counts = [
+            ("failures_per_username", self.failures_per_username as usize),
+            ("failures_per_address", self.failures_per_address as usize),
+            ("max_tracked", self.max_tracked),
+            ("concurrent_verifications", self.concurrent_verifications),
+        ];
+        if let Some((name, _)) = counts.iter().find(|(_, n)| *n == 0) {
+            return Err(ApiConfigError::LoginLimit {
+                name,
+                reason: "must be at least 1",
+            });
+        }
+        if self.first_lockout > self.max_lockout {
+            return Err(ApiConfigError::LoginLimit {
+                name: "first_lockout",
+                reason: "must not be longer than max_lockout",
+            });
+        }
+        Ok(())
     }
 }
 
@@ -89,19 +222,38 @@ impl ApiConfig {
             path: path.to_owned(),
             source,
         })?;
-        let config = Self { users, token_ttl };
+        let config = Self {
+            users,
+            token_ttl,
+            ..Self::default()
+        };
         config.validate()?;
         Ok(config)
     }
 
-    /// Checks that ids and usernames are unique and that no username or password is empty.
+    /// Checks that ids and usernames are unique and that no username or password is empty;
+    /// that every notify target is an `http` or `https` URL and that they come with an admin
+    /// secret; and the login limits.
     ///
     /// # Errors
     ///
     /// [`ApiConfigError::DuplicateId`], [`ApiConfigError::DuplicateUsername`],
     /// [`ApiConfigError::EmptyUsername`] or [`ApiConfigError::EmptyPassword`], for the first
-    /// user at fault.
+    /// user at fault; [`ApiConfigError::NotifyUrl`] or [`ApiConfigError::NotifyWithoutSecret`];
+    /// [`ApiConfigError::LoginLimit`].
     pub fn validate(&self) -> Result<(), ApiConfigError> {
+        self.validate_users()?;
+        for target in &self.notify {
+            notify_url(target)?;
+        }
+        if !self.notify.is_empty() && self.admin_secret.is_none() {
+            return Err(ApiConfigError::NotifyWithoutSecret);
+        }
+        self.login_limits.validate()
+    }
+
+    /// The users part of [`ApiConfig::validate`].
+    fn validate_users(&self) -> Result<(), ApiConfigError> {
         let mut ids = std::collections::HashSet::new();
         let mut usernames = std::collections::HashSet::new();
         for user in &self.users {
@@ -122,6 +274,31 @@ impl ApiConfig {
         }
         Ok(())
     }
+}
+
+/// `{target}/admin/revoke`, for a notify target that is an `http` or `https` URL with a host
+/// and no query, fragment or user info.
+pub(super) fn notify_url(target: &str) -> Result<url::Url, ApiConfigError> {
+    let bad = |reason: &'static str| ApiConfigError::NotifyUrl {
+        url: target.to_owned(),
+        reason,
+    };
+    let base = url::Url::parse(target).map_err(|_| bad("not a URL"))?;
+    if !matches!(base.scheme(), "http" | "https") || base.host().is_none() {
+        return Err(bad("not an http:// or https:// URL with a host"));
+    }
+    if base.query().is_some() || base.fragment().is_some() {
+        return Err(bad("has a query or a fragment"));
+    }
+    if !base.username().is_empty() || base.password().is_some() {
+        return Err(bad(
+            "has user info (the secret comes from the admin secret)",
+        ));
+    }
+    let path = format!("{}/admin/revoke", base.path().trim_end_matches('/'));
+    let mut url = base;
+    url.set_path(&path);
+    Ok(url)
 }
 
 /// Why an [`ApiConfig`] cannot be loaded or served.
@@ -171,6 +348,42 @@ pub enum ApiConfigError {
         /// The user's id.
         id: i64,
     },
+    /// The admin secret is too short: give at least [`AdminSecret::MIN_BYTES`] bytes.
+    #[error(
+        "the admin secret has {len} bytes; it needs at least {} (TOKEN_RESOLVER_ADMIN_TOKEN)",
+        AdminSecret::MIN_BYTES
+    )]
+    ShortAdminSecret {
+        /// How many bytes it has.
+        len: usize,
+    },
+    /// The admin secret has a space, a control character or a non-ASCII byte: use visible
+    /// ASCII only, such as the output of `openssl rand -hex 32`.
+    #[error("the admin secret must be visible ASCII only (no spaces or control characters)")]
+    AdminSecretNotPrintable,
+    /// Notify targets were given without an admin secret to send them.
+    #[error("notify targets need an admin secret (TOKEN_RESOLVER_ADMIN_TOKEN)")]
+    NotifyWithoutSecret,
+    /// A notify target is not a game server's admin base URL such as `http://10.0.0.5:9350`.
+    #[error("the notify target {url:?} {reason}")]
+    NotifyUrl {
+        /// The target as given.
+        url: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A [`LoginLimits`] setting is out of range.
+    #[error("login limit {name} {reason}")]
+    LoginLimit {
+        /// The field at fault.
+        name: &'static str,
+        /// What it must be.
+        reason: &'static str,
+    },
+    /// The HTTP client for the notify targets could not be built (its TLS backend failed to
+    /// start).
+    #[error("cannot build the HTTP client for the notify targets: {0}")]
+    NotifyClient(#[source] reqwest::Error),
     /// argon2 refused to hash a password (for instance one of several GiB).
     #[error("cannot hash the password of user {id}: {message}")]
     Hash {

@@ -1,205 +1,155 @@
-//! The four endpoints: `POST /api/login`, `/api/access_token`, `/api/user` and
-//! `/api/logout`, and the small answers they share. Handlers never log a secret.
+//! `POST /api/access_token`, `/api/user` and `/api/logout`, and the small answers every
+//! endpoint shares. Handlers never log a secret.
+//!
+//! `/api/login` is in `login`, the admin endpoints in `admin`.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use argon2::{Argon2, PasswordHash, PasswordVerifier};
-use axum::extract::rejection::JsonRejection;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
-use super::store::{random_secret, sha256, IssuedToken, Kind, Session};
+use super::notify::Revocation;
+use super::store::{sha256, IssuedToken, Kind, MAX_TOKENS_PER_SESSION};
 use super::ReferenceApi;
 
-/// How long a session (the login cookie) stays valid.
-const SESSION_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// Upper bound on the `max-age` of a `/api/user` answer, in seconds.
 const MAX_AGE_CAP_SECS: u64 = 60;
-/// Most guest users that device-id logins may create.
-const MAX_GUESTS: usize = 10_000;
 
-/// The body of `POST /api/login`: a username and password, or a device id.
-#[derive(Deserialize)]
-pub(super) struct LoginBody {
-    /// With `password`: a password login.
-    username: Option<String>,
-    /// With `username`: a password login.
-    password: Option<String>,
-    /// Alone: a guest login.
-    device_id: Option<String>,
-}
-
-/// `POST /api/login`.
-pub(super) async fn login(
+/// `POST /api/access_token`: a new token for the session's user. An optional JSON body
+/// `{"expires_in": N}` asks for a token that lives N seconds (at least 1; more than the
+/// API's token lifetime is cut to it). A token never outlives its session.
+pub(super) async fn access_token(
     State(api): State<ReferenceApi>,
-    body: Result<Json<LoginBody>, JsonRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let body = match body {
-        Ok(Json(body)) => body,
-        Err(rejection) => return json_rejection(&rejection),
-    };
-    let user_id = match body {
-        LoginBody {
-            username: Some(username),
-            password: Some(password),
-            device_id: None,
-        } => match password_login(&api, &username, password).await {
-            Ok(Some(id)) => id,
-            Ok(None) => {
-                tracing::debug!("login refused: invalid credentials");
-                return error(StatusCode::UNAUTHORIZED, "invalid_credentials");
-            }
-            Err(response) => return response,
-        },
-        LoginBody {
-            username: None,
-            password: None,
-            device_id: Some(device_id),
-        } => {
-            if !valid_device_id(&device_id) {
-                return error(StatusCode::BAD_REQUEST, "invalid_request");
-            }
-            match guest_login(&api, &device_id) {
-                Some(id) => id,
-                None => {
-                    tracing::debug!("guest login refused: too many users");
-                    return error(StatusCode::SERVICE_UNAVAILABLE, "too_many_users");
-                }
-            }
-        }
-        _ => return error(StatusCode::BAD_REQUEST, "invalid_request"),
-    };
-
-    let session_id = random_secret();
-    let name = {
-        let mut store = api.store();
-        let now = Instant::now();
-        if !store.make_room(now, Kind::Session) {
-            drop(store);
-            tracing::debug!("login refused: too many sessions");
-            return error(StatusCode::SERVICE_UNAVAILABLE, "too_many_sessions");
-        }
-        let session = Session {
-            user_id,
-            expires: now + SESSION_TTL,
-        };
-        store.sessions.insert(sha256(&session_id), session);
-        store.names.get(&user_id).cloned().unwrap_or_default()
-    };
-    tracing::debug!(user_id, "login succeeded");
-    let cookie = format!(
-        "session={session_id}; HttpOnly; SameSite=Strict; Path=/api; Max-Age={}",
-        SESSION_TTL.as_secs()
-    );
-    let mut response = no_store(Json(json!({ "id": user_id, "name": name })));
-    if let Ok(cookie) = HeaderValue::from_str(&cookie) {
-        response.headers_mut().insert(header::SET_COOKIE, cookie);
-    }
-    response
-}
-
-/// Checks a password, always running argon2 (against a dummy hash for unknown usernames) so
-/// the answer's timing does not tell which usernames exist. `Ok(None)`: wrong credentials.
-async fn password_login(
-    api: &ReferenceApi,
-    username: &str,
-    password: String,
-) -> Result<Option<i64>, Response> {
-    let account = api.inner.accounts.get(username);
-    let hash = account
-        .map_or(&api.inner.dummy_hash, |a| &a.password_hash)
-        .clone();
-    let Ok(_slot) = api.inner.verify_slots.acquire().await else {
-        return Err(error(StatusCode::SERVICE_UNAVAILABLE, "unavailable"));
-    };
-    let verified = tokio::task::spawn_blocking(move || {
-        PasswordHash::new(&hash).is_ok_and(|hash| {
-            Argon2::default()
-                .verify_password(password.as_bytes(), &hash)
-                .is_ok()
-        })
-    })
-    .await
-    .unwrap_or(false);
-    Ok(account.filter(|_| verified).map(|a| a.id))
-}
-
-/// Logs a device in as its guest, creating the guest on first sight. `None`: no more guests
-/// can be created.
-fn guest_login(api: &ReferenceApi, device_id: &str) -> Option<i64> {
-    let key = sha256(device_id);
-    let mut store = api.store();
-    if let Some(&id) = store.guests.get(&key) {
-        return Some(id);
-    }
-    if store.guests.len() >= MAX_GUESTS {
-        return None;
-    }
-    let id = store.next_guest_id;
-    store.next_guest_id = id.checked_add(1)?;
-    store.guests.insert(key, id);
-    store.names.insert(id, format!("Guest-{id}"));
-    tracing::debug!(user_id = id, "guest user created");
-    Some(id)
-}
-
-/// A device id is 1 to 128 printable ASCII characters.
-fn valid_device_id(device_id: &str) -> bool {
-    (1..=128).contains(&device_id.len())
-        && device_id.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
-}
-
-/// `POST /api/access_token`.
-pub(super) async fn access_token(State(api): State<ReferenceApi>, headers: HeaderMap) -> Response {
     let Some(session_id) = session_cookie(&headers) else {
         tracing::debug!("access token refused: no session cookie");
         return error(StatusCode::UNAUTHORIZED, "invalid_session");
     };
-    let session_key = sha256(session_id);
-    let token = random_secret();
-    let now = Instant::now();
-    let issued = {
-        let mut store = api.store();
-        match store.sessions.get(&session_key) {
-            Some(session) if session.expires > now => {
-                let user_id = session.user_id;
-                if store.make_room(now, Kind::Token) {
-                    let issued = IssuedToken {
-                        user_id,
-                        session: session_key,
-                        expires: now + api.inner.token_ttl,
-                    };
-                    store.tokens.insert(sha256(&token), issued);
-                    Ok(user_id)
-                } else {
-                    Err(error(StatusCode::SERVICE_UNAVAILABLE, "too_many_tokens"))
-                }
-            }
-            Some(_) => {
-                store.sessions.remove(&session_key);
-                Err(error(StatusCode::UNAUTHORIZED, "invalid_session"))
-            }
-            None => Err(error(StatusCode::UNAUTHORIZED, "invalid_session")),
-        }
+    let lifetime = match requested_lifetime(&headers, body, api.inner.token_ttl) {
+        Ok(lifetime) => lifetime,
+        Err(refusal) => return refusal.into_response(),
     };
-    match issued {
-        Ok(user_id) => {
+    match issue_token(&api, session_id, lifetime) {
+        Ok((user_id, token, lifetime)) => {
             tracing::debug!(user_id, "access token issued");
-            no_store(Json(json!({ "access_token": token })))
+            let expires_in = lifetime.as_secs();
+            no_store(Json(
+                json!({ "access_token": token, "expires_in": expires_in }),
+            ))
         }
-        Err(response) => {
+        Err(refusal) => {
+            let response = refusal.into_response();
             tracing::debug!(status = %response.status(), "access token refused");
             response
         }
     }
 }
 
-/// `POST /api/user`, the user information acquisition API that the resolver calls.
+/// How long the token asked for should live: the API's token lifetime without a body, or the
+/// body's `expires_in` (JSON, at least 1) capped at it.
+fn requested_lifetime(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    ttl: Duration,
+) -> Result<Duration, Refusal> {
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Refusal::Error(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large")
+        } else {
+            Refusal::Error(StatusCode::BAD_REQUEST, "invalid_request")
+        }
+    })?;
+    if body.is_empty() {
+        return Ok(ttl);
+    }
+    if !is_json(headers) {
+        return Err(Refusal::Error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request",
+        ));
+    }
+    let fields = match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Object(fields)) => fields,
+        _ => {
+            return Err(Refusal::field(
+                "expires_in",
+                "the body must be {\"expires_in\": N}",
+            ))
+        }
+    };
+    if let Some(other) = fields.keys().find(|key| *key != "expires_in") {
+        return Err(Refusal::field(other, "unknown field"));
+    }
+    match fields.get("expires_in") {
+        None => Ok(ttl),
+        Some(value) => match value.as_u64().filter(|secs| *secs >= 1) {
+            Some(secs) => Ok(Duration::from_secs(secs).min(ttl)),
+            None => Err(Refusal::field(
+                "expires_in",
+                "must be a whole number of seconds, at least 1",
+            )),
+        },
+    }
+}
+
+/// Issues the session's next token, living `lifetime` at most (and no longer than the
+/// session): the user, the token and its lifetime.
+fn issue_token(
+    api: &ReferenceApi,
+    session_id: &str,
+    lifetime: Duration,
+) -> Result<(i64, String, Duration), Refusal> {
+    let session_key = sha256(session_id);
+    let now = Instant::now();
+    let mut store = api.store();
+    let (user_id, index, lifetime) = match store.sessions.get(&session_key) {
+        Some(session) if session.expires > now => {
+            if session.tokens_issued >= MAX_TOKENS_PER_SESSION {
+                return Err(Refusal::Error(StatusCode::FORBIDDEN, "too_many_tokens"));
+            }
+            let lifetime = lifetime.min(session.expires - now);
+            (session.user_id, session.tokens_issued, lifetime)
+        }
+        Some(_) => {
+            store.sessions.remove(&session_key);
+            return Err(Refusal::Error(StatusCode::UNAUTHORIZED, "invalid_session"));
+        }
+        None => return Err(Refusal::Error(StatusCode::UNAUTHORIZED, "invalid_session")),
+    };
+    if !store.make_room(now, Kind::Token) {
+        return Err(Refusal::Error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_tokens",
+        ));
+    }
+    // Derived and stored under the lock that counts it, so that a logout deriving this
+    // session's tokens either sees it stored or sees the count without it.
+    let token = api.inner.token_key.token(session_id, index);
+    let unix_now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let issued = IssuedToken {
+        user_id,
+        expires: now + lifetime,
+        exp: (unix_now + lifetime).as_secs(),
+    };
+    store.tokens.insert(sha256(&token), issued);
+    if let Some(session) = store.sessions.get_mut(&session_key) {
+        session.tokens_issued += 1;
+    }
+    Ok((user_id, token, lifetime))
+}
+
+/// `POST /api/user`, the user information acquisition API that the resolver calls: `id`,
+/// `name`, and `exp`, when the token expires, in Unix seconds (RFC 7662).
 pub(super) async fn user(State(api): State<ReferenceApi>, headers: HeaderMap) -> Response {
     api.inner.user_requests.fetch_add(1, Ordering::Relaxed);
     let latency = api.user_latency();
@@ -221,7 +171,7 @@ pub(super) async fn user(State(api): State<ReferenceApi>, headers: HeaderMap) ->
                     .get(&issued.user_id)
                     .cloned()
                     .unwrap_or_default();
-                Some((issued.user_id, name, issued.expires - now))
+                Some((issued.user_id, name, issued.exp, issued.expires - now))
             }
             Some(_) => {
                 store.tokens.remove(&key);
@@ -230,28 +180,26 @@ pub(super) async fn user(State(api): State<ReferenceApi>, headers: HeaderMap) ->
             None => None,
         }
     };
-    let Some((user_id, name, remaining)) = found else {
+    let Some((user_id, name, exp, remaining)) = found else {
         tracing::debug!("user refused: unknown or expired token");
         return unauthorized(r#"Bearer error="invalid_token""#, "invalid_token");
     };
     tracing::debug!(user_id, "user answered");
     let max_age = remaining.as_secs().min(MAX_AGE_CAP_SECS);
-    let mut response = Json(json!({ "id": user_id, "name": name })).into_response();
+    let mut response = Json(json!({ "id": user_id, "name": name, "exp": exp })).into_response();
     if let Ok(value) = HeaderValue::from_str(&format!("private, max-age={max_age}")) {
         response.headers_mut().insert(header::CACHE_CONTROL, value);
     }
     response
 }
 
-/// `POST /api/logout`: ends the session and revokes every token it issued. Always 204.
+/// `POST /api/logout`: ends the session and revokes every token it issued, telling the
+/// notify targets of those still live (in the background). Always 204.
 pub(super) async fn logout(State(api): State<ReferenceApi>, headers: HeaderMap) -> Response {
     if let Some(session_id) = session_cookie(&headers) {
-        let key = sha256(session_id);
-        let mut store = api.store();
-        if let Some(session) = store.sessions.remove(&key) {
-            store.tokens.retain(|_, token| token.session != key);
-            drop(store);
-            tracing::debug!(user_id = session.user_id, "logged out");
+        let live = end_session(&api, session_id);
+        if let (Some(notifier), false) = (&api.inner.notifier, live.is_empty()) {
+            notifier.send(live.into_iter().map(Revocation::Token).collect());
         }
     }
     let clear =
@@ -259,8 +207,42 @@ pub(super) async fn logout(State(api): State<ReferenceApi>, headers: HeaderMap) 
     (StatusCode::NO_CONTENT, [(header::SET_COOKIE, clear)]).into_response()
 }
 
+/// Removes the session `session_id` and its tokens; the tokens that were still live.
+///
+/// The tokens are derived outside the store's lock (HMACs, up to [`MAX_TOKENS_PER_SESSION`]), then removed
+/// under it together with the session; one issued meanwhile is derived there.
+fn end_session(api: &ReferenceApi, session_id: &str) -> Vec<String> {
+    let key = sha256(session_id);
+    let Some(issued) = api.store().sessions.get(&key).map(|s| s.tokens_issued) else {
+        return Vec::new();
+    };
+    let token_key = &api.inner.token_key;
+    let mut tokens: Vec<String> = (0..issued)
+        .map(|i| token_key.token(session_id, i))
+        .collect();
+    let now = Instant::now();
+    let mut store = api.store();
+    let Some(session) = store.sessions.remove(&key) else {
+        return Vec::new();
+    };
+    tokens.extend((issued..session.tokens_issued).map(|i| token_key.token(session_id, i)));
+    tokens.retain(|token| {
+        store
+            .tokens
+            .remove(&sha256(token))
+            .is_some_and(|issued| issued.expires > now)
+    });
+    drop(store);
+    tracing::debug!(
+        user_id = session.user_id,
+        live_tokens = tokens.len(),
+        "logged out"
+    );
+    tokens
+}
+
 /// The `session` cookie's value, if the request has a non-empty one.
-fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+pub(super) fn session_cookie(headers: &HeaderMap) -> Option<&str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -273,7 +255,7 @@ fn session_cookie(headers: &HeaderMap) -> Option<&str> {
 /// The credential of an `Authorization: Bearer <token>` header (scheme case-insensitive, one or
 /// more spaces). `None` when there is no such header or its scheme is not Bearer; an empty
 /// credential is returned as `""`, which no token matches.
-fn bearer_token(headers: &HeaderMap) -> Option<&[u8]> {
+pub(super) fn bearer_token(headers: &HeaderMap) -> Option<&[u8]> {
     let value = headers.get(header::AUTHORIZATION)?.as_bytes();
     let (scheme, rest) = value.split_at(value.len().min(6));
     if !scheme.eq_ignore_ascii_case(b"bearer") || !(rest.is_empty() || rest[0] == b' ') {
@@ -284,7 +266,7 @@ fn bearer_token(headers: &HeaderMap) -> Option<&[u8]> {
 }
 
 /// A 401 with `WWW-Authenticate: <challenge>` and `{"error": <code>}`.
-fn unauthorized(challenge: &'static str, code: &str) -> Response {
+pub(super) fn unauthorized(challenge: &'static str, code: &str) -> Response {
     let mut response = error(StatusCode::UNAUTHORIZED, code);
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
@@ -293,10 +275,10 @@ fn unauthorized(challenge: &'static str, code: &str) -> Response {
     response
 }
 
-/// The answer to a login body axum could not take as JSON: 413 when too large, 415 without a
+/// The answer to a body axum could not take as JSON: 413 when too large, 415 without a
 /// JSON content type, otherwise 400; always with a JSON body.
-fn json_rejection(rejection: &JsonRejection) -> Response {
-    tracing::debug!(status = %rejection.status(), "login refused: bad request body");
+pub(super) fn json_rejection(rejection: &JsonRejection) -> Response {
+    tracing::debug!(status = %rejection.status(), "request refused: bad request body");
     match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => error(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large"),
         StatusCode::UNSUPPORTED_MEDIA_TYPE => {
@@ -306,13 +288,67 @@ fn json_rejection(rejection: &JsonRejection) -> Response {
     }
 }
 
+/// Why a request is refused, before it is made into its answer (a [`Response`] is too large
+/// to pass around in a `Result`).
+pub(super) enum Refusal {
+    /// `status` with `{"error": <code>}`.
+    Error(StatusCode, &'static str),
+    /// 400 `invalid_request` naming the field at fault, and what is wrong with it.
+    Field(String, &'static str),
+    /// 401 with `WWW-Authenticate: <challenge>` and `{"error": <code>}`.
+    Unauthorized(&'static str, &'static str),
+}
+
+impl Refusal {
+    /// [`Refusal::Field`] for `field`.
+    pub(super) fn field(field: &str, message: &'static str) -> Self {
+        Refusal::Field(field.to_owned(), message)
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Refusal::Error(status, code) => error(status, code),
+            Refusal::Field(field, message) => invalid_field(&field, message),
+            Refusal::Unauthorized(challenge, code) => unauthorized(challenge, code),
+        }
+    }
+}
+
 /// A response with `status` and the body `{"error": <code>}`.
-fn error(status: StatusCode, code: &str) -> Response {
+pub(super) fn error(status: StatusCode, code: &str) -> Response {
     (status, Json(json!({ "error": code }))).into_response()
 }
 
+/// A 400 `{"error": "invalid_request", "field": <field>, "message": <message>}`.
+fn invalid_field(field: &str, message: &str) -> Response {
+    let body = json!({ "error": "invalid_request", "field": field, "message": message });
+    (StatusCode::BAD_REQUEST, Json(body)).into_response()
+}
+
+/// A response with `status`, `{"error": <code>}` and `Retry-After` of `wait` in whole
+/// seconds, rounded up (at least 1).
+pub(super) fn retry_after(status: StatusCode, code: &str, wait: Duration) -> Response {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let mut response = error(status, code);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    response
+}
+
+/// Whether the request says its body is JSON (`application/json`, any parameters).
+pub(super) fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+}
+
 /// `body` as a response with `Cache-Control: no-store`.
-fn no_store(body: impl IntoResponse) -> Response {
+pub(super) fn no_store(body: impl IntoResponse) -> Response {
     let mut response = body.into_response();
     response
         .headers_mut()

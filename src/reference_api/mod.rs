@@ -3,10 +3,23 @@
 //!
 //! It owns the three APIs an integrator must provide — login (`POST /api/login`), token
 //! acquisition (`POST /api/access_token`) and user information acquisition (`POST /api/user`) —
-//! plus `POST /api/logout`, the users they serve, their sessions and their access tokens; and
-//! `GET /play`, a browser client of the whole flow. It is
+//! plus `POST /api/logout`, the users they serve, their sessions and their access tokens; the
+//! integrator's side of live revocation (telling game servers of logouts and bans, and
+//! `POST /api/admin/ban` / `unban`); and `GET /play`, a browser client of the whole flow. It is
 //! what `token-resolver serve-api` and `token-resolver demo` run, what the tests resolve against,
 //! and a model for integrators.
+//!
+//! # Layout
+//!
+//! - `config`: [`ApiConfig`], [`ApiUser`], [`AdminSecret`], [`LoginLimits`], [`ApiConfigError`].
+//! - `store`: users, sessions, tokens and bans in memory; how tokens are derived and secrets
+//!   kept.
+//! - `login`: `POST /api/login`, and the bounded pool of password checks.
+//! - `throttle`: failed logins per username and per client address.
+//! - `handlers`: `POST /api/access_token`, `/api/user`, `/api/logout`; the shared answers.
+//! - `admin`: `POST /api/admin/ban` and `/api/admin/unban`.
+//! - `notify`: calling the game servers' `/admin/revoke` in the background.
+//! - `play`: the browser page.
 //!
 //! It does not own the resolving: the game server's side is [`Resolver`](crate::Resolver). It does
 //! not persist anything or send the cookie's `Secure` attribute. It serves plain HTTP
@@ -17,7 +30,9 @@
 //!
 //! Secrets are handled as an integrator should: passwords are kept only as argon2 hashes, and
 //! session ids, access tokens and device ids only as SHA-256 hashes, looked up by hash. None of
-//! them is ever logged.
+//! them, nor the admin secret, is ever logged. Password guessing is throttled per username and
+//! per client address, and password checks are bounded so a flood of logins cannot starve
+//! `/api/user` ([`LoginLimits`]).
 //!
 //! ```no_run
 //! use token_resolver::reference_api::{ApiConfig, ReferenceApi};
@@ -31,13 +46,17 @@
 //! # }
 //! ```
 
+mod admin;
 mod config;
 mod handlers;
+mod login;
+mod notify;
 mod play;
 mod serve;
 mod store;
+mod throttle;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,18 +66,18 @@ use std::time::Duration;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
-use tokio::sync::Semaphore;
 
-pub use self::config::{demo_users, ApiConfig, ApiConfigError, ApiUser};
-use self::handlers::{access_token, login, logout, user};
+pub use self::config::{demo_users, AdminSecret, ApiConfig, ApiConfigError, ApiUser, LoginLimits};
+use self::handlers::{access_token, logout, user};
+use self::login::{login, Verifier};
+use self::notify::Notifier;
 use self::serve::ConnectionCounts;
-use self::store::{hash_password, random_secret, Account, Store};
+use self::store::{hash_password, random_secret, Account, Store, TokenKey};
+use self::throttle::Throttle;
 use crate::server_task::ServerTask;
 
 /// Largest request body accepted.
 const MAX_BODY_BYTES: usize = 4 * 1024;
-/// Password verifications running at once: each argon2 run holds about 19 MiB for a while.
-const MAX_CONCURRENT_VERIFICATIONS: usize = 4;
 /// Longest wait for open connections on [`RunningApi::shutdown`] before they are cut.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -81,8 +100,16 @@ struct Inner {
     accounts: HashMap<String, Account>,
     /// A hash verified for unknown usernames, so their answer takes as long as a wrong password.
     dummy_hash: String,
-    /// Bounds concurrent argon2 verifications (CPU and memory).
-    verify_slots: Semaphore,
+    /// Runs argon2 verifications, a bounded number at once (CPU and memory).
+    verifier: Verifier,
+    /// Failed logins per username and client address.
+    throttle: Throttle,
+    /// The key access tokens are derived under.
+    token_key: TokenKey,
+    /// The bearer of the admin endpoints; `None`: they answer 404.
+    admin_secret: Option<AdminSecret>,
+    /// The game servers told of revocations, if any.
+    notifier: Option<Notifier>,
     /// Requests `POST /api/user` received, whatever the outcome.
     user_requests: AtomicU64,
     /// Service time added to every `POST /api/user`, in nanoseconds (0: none).
@@ -97,6 +124,8 @@ impl fmt::Debug for ReferenceApi {
             .field("password_users", &self.inner.accounts.len())
             .field("token_ttl", &self.inner.token_ttl)
             .field("user_requests", &self.user_requests())
+            .field("admin_secret", &self.inner.admin_secret)
+            .field("notifier", &self.inner.notifier)
             .finish_non_exhaustive()
     }
 }
@@ -108,9 +137,15 @@ impl ReferenceApi {
     /// # Errors
     ///
     /// The errors of [`ApiConfig::validate`] (duplicate ids or usernames, empty usernames or
-    /// passwords), or [`ApiConfigError::Hash`] if argon2 fails.
+    /// passwords, bad notify targets or limits), [`ApiConfigError::NotifyClient`] if the
+    /// notify targets' HTTP client cannot be built, or [`ApiConfigError::Hash`] if argon2
+    /// fails.
     pub fn new(config: ApiConfig) -> Result<Self, ApiConfigError> {
         config.validate()?;
+        let notifier = match (&config.admin_secret, config.notify.is_empty()) {
+            (Some(secret), false) => Some(Notifier::new(&config.notify, secret.clone())?),
+            _ => None,
+        };
         let mut accounts = HashMap::new();
         let mut names = HashMap::new();
         for user in config.users {
@@ -136,7 +171,14 @@ impl ReferenceApi {
                 token_ttl: config.token_ttl,
                 accounts,
                 dummy_hash,
-                verify_slots: Semaphore::new(MAX_CONCURRENT_VERIFICATIONS),
+                verifier: Verifier::new(
+                    config.login_limits.concurrent_verifications,
+                    config.login_limits.queued_verifications,
+                ),
+                throttle: Throttle::new(config.login_limits),
+                token_key: TokenKey::random(),
+                admin_secret: config.admin_secret,
+                notifier,
                 user_requests: AtomicU64::new(0),
                 user_latency_nanos: AtomicU64::new(0),
                 state: Mutex::new(Store {
@@ -145,21 +187,28 @@ impl ReferenceApi {
                     next_guest_id,
                     sessions: HashMap::new(),
                     tokens: HashMap::new(),
+                    banned: HashSet::new(),
                     issued: 0,
                 }),
             }),
         })
     }
 
-    /// The axum router serving the four `/api/*` endpoints (other methods on them answer 405
-    /// with `Allow: POST`), with request bodies limited to 4 KiB, and the browser client at
-    /// `GET /play`.
+    /// The axum router serving the four `/api/*` endpoints and the two `/api/admin/*` ones
+    /// (other methods on them answer 405 with `Allow: POST`), with request bodies limited to
+    /// 4 KiB, and the browser client at `GET /play`.
+    ///
+    /// Serve it with [`into_make_service_with_connect_info::<SocketAddr>`](Router::into_make_service_with_connect_info),
+    /// as [`spawn`](Self::spawn) does: without the connection's address, failed logins are
+    /// throttled per username only.
     pub fn router(&self) -> Router {
         Router::new()
             .route("/api/login", post(login))
             .route("/api/access_token", post(access_token))
             .route("/api/user", post(user))
             .route("/api/logout", post(logout))
+            .route("/api/admin/ban", post(admin::ban))
+            .route("/api/admin/unban", post(admin::unban))
             .route("/play", get(play::page))
             .route("/play.js", get(play::script))
             .route("/play.css", get(play::style))
@@ -171,6 +220,12 @@ impl ReferenceApi {
     /// count the resolver's upstream calls.
     pub fn user_requests(&self) -> u64 {
         self.inner.user_requests.load(Ordering::Relaxed)
+    }
+
+    /// How many password checks (argon2 runs) have started, unknown usernames included. A
+    /// login refused by the throttle or as busy runs none. Tests use it to see that.
+    pub fn password_verifications(&self) -> u64 {
+        self.inner.verifier.started()
     }
 
     /// Makes every `POST /api/user` take `latency` longer before it answers, as a real

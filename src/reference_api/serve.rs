@@ -11,16 +11,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::ConnectInfo;
 use axum::Router;
+use hyper::body::Incoming;
+use hyper::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
+use tower_service::Service as _;
 
 use crate::server_task::Stopped;
 
@@ -90,7 +93,14 @@ pub(super) async fn serve(
         };
         counts.accepted.fetch_add(1, Ordering::Relaxed);
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
+        // Every request carries the peer's address as `ConnectInfo` (as `axum::serve` with
+        // `into_make_service_with_connect_info` gives it): the login throttle counts failures
+        // per client address.
+        let router = router.clone();
+        let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            router.clone().call(request)
+        });
         let watcher = graceful.watcher();
         let (tls, counts) = (tls.clone(), counts.clone());
         tokio::spawn(async move {

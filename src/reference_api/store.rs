@@ -1,14 +1,23 @@
-//! The reference API's memory: password accounts, and the users, guests, sessions and access
-//! tokens that change while it serves, each capped and swept; and how secrets are made and
-//! kept (random, then only their SHA-256 or argon2 hash).
+//! The reference API's memory: password accounts, and the users, guests, banned users,
+//! sessions and access tokens that change while it serves, each capped and swept; and how
+//! secrets are made and kept (random, then only their SHA-256 or argon2 hash).
+//!
+//! Access tokens are derived, not drawn: the `i`-th token of a session is
+//! `base64url(HMAC-SHA256(key, "access-token" ‖ session id ‖ i))` under a random key that
+//! lives only in this process's memory ([`TokenKey`]). The session keeps only how many it
+//! issued, and the token store only their hashes; at logout the client presents the session
+//! id (its cookie) and the API derives that session's tokens again to name them to the game
+//! servers. Without the session id (never stored) the hashes lead nowhere, and without the key
+//! no one can compute a token.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use argon2::password_hash::SaltString;
 use argon2::{Argon2, PasswordHasher};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
+use hmac::{Hmac, Mac};
 use rand::rngs::OsRng;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
@@ -17,6 +26,11 @@ use sha2::{Digest, Sha256};
 const MAX_SESSIONS: usize = 100_000;
 /// Most live access tokens at once.
 const MAX_TOKENS: usize = 1_000_000;
+/// Most tokens one session issues; then it must log in again. Logout derives them all again,
+/// so this bounds its work (a few milliseconds at the cap, outside the lock).
+pub(super) const MAX_TOKENS_PER_SESSION: u32 = 4_096;
+/// Most users banned at once.
+pub(super) const MAX_BANNED: usize = 100_000;
 /// Expired sessions and tokens are swept on every this-many-th issuance.
 const SWEEP_EVERY: u64 = 256;
 
@@ -43,6 +57,8 @@ pub(super) struct Store {
     pub(super) sessions: HashMap<Digest32, Session>,
     /// Live access tokens by SHA-256 of the token.
     pub(super) tokens: HashMap<Digest32, IssuedToken>,
+    /// Users who may not log in, and whose tokens were revoked.
+    pub(super) banned: HashSet<i64>,
     /// Sessions and tokens issued so far, to sweep expired ones every [`SWEEP_EVERY`].
     pub(super) issued: u64,
 }
@@ -51,18 +67,20 @@ pub(super) struct Store {
 pub(super) struct Session {
     /// Whose session it is.
     pub(super) user_id: i64,
-    /// When it stops working.
+    /// When it stops working; its tokens stop then at the latest.
     pub(super) expires: Instant,
+    /// How many tokens it issued: the indexes its tokens are derived from.
+    pub(super) tokens_issued: u32,
 }
 
 /// An access token issued by `/api/access_token`.
 pub(super) struct IssuedToken {
     /// Whom it identifies.
     pub(super) user_id: i64,
-    /// SHA-256 of the session that issued it, so logout can revoke it.
-    pub(super) session: Digest32,
     /// When it stops working.
     pub(super) expires: Instant,
+    /// The same moment as Unix seconds (rounded down), the `exp` that `/api/user` answers.
+    pub(super) exp: u64,
 }
 
 /// Which map [`Store::make_room`] is about to insert into.
@@ -91,6 +109,28 @@ impl Store {
             Kind::Session => self.sessions.len() < MAX_SESSIONS,
             Kind::Token => self.tokens.len() < MAX_TOKENS,
         }
+    }
+}
+
+/// The key access tokens are derived under: random per process, never stored or shown.
+pub(super) struct TokenKey(Hmac<Sha256>);
+
+impl TokenKey {
+    /// A fresh random key.
+    pub(super) fn random() -> Self {
+        let mut key = [0u8; 32];
+        OsRng.fill_bytes(&mut key);
+        Self(Hmac::new_from_slice(&key).unwrap_or_else(|_| unreachable!("HMAC takes any key")))
+    }
+
+    /// The `index`-th access token of the session `session_id`: 43 base64url characters.
+    pub(super) fn token(&self, session_id: &str, index: u32) -> String {
+        let mut mac = self.0.clone();
+        mac.update(b"access-token\0");
+        mac.update(&(session_id.len() as u64).to_be_bytes());
+        mac.update(session_id.as_bytes());
+        mac.update(&index.to_be_bytes());
+        URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
     }
 }
 

@@ -9,6 +9,7 @@ mod http_app;
 mod raw;
 #[cfg(feature = "reference-api")]
 mod reference_api;
+mod revoke_recorder;
 mod scripted;
 mod untrusted_tls;
 
@@ -21,6 +22,7 @@ pub use http_app::*;
 pub use raw::*;
 #[cfg(feature = "reference-api")]
 pub use reference_api::*;
+pub use revoke_recorder::*;
 pub use scripted::*;
 use token_resolver::Resolver;
 pub use untrusted_tls::*;

@@ -35,7 +35,8 @@ pub(crate) enum LogFormat {
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Command {
-    /// Serve the reference integrator web API (login, access_token, user, logout).
+    /// Serve the reference integrator web API (login, access_token, user, logout; admin ban and
+    /// unban; revocations told to game servers with --notify).
     ServeApi(cmd::serve_api::ServeApiArgs),
     /// Resolve one access token and print the user as one JSON line.
     Resolve(cmd::resolve::ResolveArgs),

@@ -8,7 +8,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use token_resolver::reference_api::{ApiConfig, ReferenceApi};
+use token_resolver::reference_api::{AdminSecret, ApiConfig, ReferenceApi};
+
+/// The environment variable holding the admin secret, shared with the game servers.
+const ADMIN_TOKEN_VAR: &str = "TOKEN_RESOLVER_ADMIN_TOKEN";
 
 /// `serve-api` arguments.
 #[derive(Debug, Args)]
@@ -32,22 +35,20 @@ pub(crate) struct ServeApiArgs {
     /// Service time added to every POST /api/user, in milliseconds, for load runs.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) latency_ms: u64,
+    /// A game server's admin base URL (such as http://10.0.0.5:9350), told of logouts and
+    /// bans at URL/admin/revoke; repeatable. Needs TOKEN_RESOLVER_ADMIN_TOKEN.
+    #[arg(long, value_name = "URL")]
+    pub(crate) notify: Vec<String>,
 }
 
-/// Serves until Ctrl-C; exit 2 on a bad users file.
+/// Serves until Ctrl-C; exit 2 on a bad users file, notify target or admin secret.
 pub(crate) async fn run(args: ServeApiArgs) -> ExitCode {
-    let ttl = Duration::from_secs(args.token_ttl);
-    let config = match &args.users {
-        Some(path) => ApiConfig::from_users_file(path, ttl),
-        None => Ok(ApiConfig {
-            token_ttl: ttl,
-            ..ApiConfig::default()
-        }),
-    };
-    let api = match config.and_then(ReferenceApi::new) {
+    let api = match config(&args)
+        .and_then(|config| ReferenceApi::new(config).map_err(|e| e.to_string()))
+    {
         Ok(api) => api,
-        Err(e) => {
-            eprintln!("error: {e}");
+        Err(message) => {
+            eprintln!("error: {message}");
             return ExitCode::from(2);
         }
     };
@@ -87,7 +88,41 @@ pub(crate) async fn run(args: ServeApiArgs) -> ExitCode {
         println!("demo users: alice/wonderland (id 1), bob/builder (id 2), carol/carolina (id 3)");
     }
     println!("endpoints: POST /api/login, /api/access_token, /api/user, /api/logout; Ctrl-C stops");
+    if std::env::var_os(ADMIN_TOKEN_VAR).is_some() {
+        println!("admin: POST /api/admin/ban, /api/admin/unban (bearer {ADMIN_TOKEN_VAR})");
+    }
+    for target in &args.notify {
+        println!("notifying {target}/admin/revoke of logouts and bans");
+    }
     let _ = tokio::signal::ctrl_c().await;
     running.shutdown().await;
     ExitCode::SUCCESS
+}
+
+/// The API's configuration from the flags and TOKEN_RESOLVER_ADMIN_TOKEN; a usage error names
+/// the flag, file or variable at fault.
+fn config(args: &ServeApiArgs) -> Result<ApiConfig, String> {
+    let ttl = Duration::from_secs(args.token_ttl);
+    let mut config = match &args.users {
+        Some(path) => ApiConfig::from_users_file(path, ttl).map_err(|e| e.to_string())?,
+        None => ApiConfig {
+            token_ttl: ttl,
+            ..ApiConfig::default()
+        },
+    };
+    config.admin_secret = match std::env::var(ADMIN_TOKEN_VAR) {
+        Ok(secret) => Some(AdminSecret::new(secret).map_err(|e| e.to_string())?),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(format!("{ADMIN_TOKEN_VAR} is not valid UTF-8"))
+        }
+    };
+    if !args.notify.is_empty() && config.admin_secret.is_none() {
+        return Err(format!(
+            "--notify needs {ADMIN_TOKEN_VAR}: the game servers' admin secret, at least {} bytes",
+            AdminSecret::MIN_BYTES
+        ));
+    }
+    config.notify = args.notify.clone();
+    Ok(config)
 }
