@@ -8,6 +8,7 @@
 //! they claim to be.
 
 use std::fmt;
+use std::time::Duration;
 
 use reqwest::header::{CONTENT_TYPE, COOKIE, SET_COOKIE};
 use serde::{Deserialize, Serialize};
@@ -247,12 +248,31 @@ impl IntegratorClient {
     /// [`ClientError::NotLoggedIn`] before a login; [`ClientError::Status`] with 401 when the
     /// session is gone; a [`ClientError::BadAnswer`] when the token is not a `b64token`.
     pub async fn fetch_access_token(&mut self) -> Result<&AccessToken, ClientError> {
+        self.take_token(None).await
+    }
+
+    /// As [`fetch_access_token`](Self::fetch_access_token), asking for a token that lives
+    /// `lifetime` (whole seconds, at least one; the API may give less): a short-lived token,
+    /// renewed in a game session before it expires.
+    ///
+    /// # Errors
+    ///
+    /// As [`fetch_access_token`](Self::fetch_access_token).
+    pub async fn fetch_access_token_for(
+        &mut self,
+        lifetime: Duration,
+    ) -> Result<&AccessToken, ClientError> {
+        self.take_token(Some(lifetime.as_secs().max(1))).await
+    }
+
+    async fn take_token(&mut self, expires_in: Option<u64>) -> Result<&AccessToken, ClientError> {
         const ENDPOINT: &str = "/api/access_token";
         #[derive(Deserialize)]
         struct TokenAnswer {
             access_token: String,
         }
-        let response = self.post_with_session(ENDPOINT).await?;
+        let body = expires_in.map(|secs| serde_json::json!({ "expires_in": secs }));
+        let response = self.post_with_session(ENDPOINT, body).await?;
         let answer: TokenAnswer = json_answer(ENDPOINT, ok_status(ENDPOINT, response)?).await?;
         let token = AccessToken::new(answer.access_token).map_err(|e| ClientError::BadAnswer {
             endpoint: ENDPOINT,
@@ -268,26 +288,32 @@ impl IntegratorClient {
     /// [`ClientError::NotLoggedIn`] before a login; transport and status errors.
     pub async fn logout(&mut self) -> Result<(), ClientError> {
         const ENDPOINT: &str = "/api/logout";
-        let response = self.post_with_session(ENDPOINT).await?;
+        let response = self.post_with_session(ENDPOINT, None).await?;
         ok_status(ENDPOINT, response)?;
         self.session_cookie = None;
         Ok(())
     }
 
+    /// POSTs to `endpoint` with the session cookie, and `body` as JSON when given.
     async fn post_with_session(
         &self,
         endpoint: &'static str,
+        body: Option<serde_json::Value>,
     ) -> Result<reqwest::Response, ClientError> {
         let cookie = self
             .session_cookie
             .as_deref()
             .ok_or(ClientError::NotLoggedIn)?;
-        self.http
+        let mut request = self
+            .http
             .post(format!("{}{endpoint}", self.base_url))
-            .header(COOKIE, cookie)
-            .send()
-            .await
-            .map_err(ClientError::Transport)
+            .header(COOKIE, cookie);
+        if let Some(body) = body {
+            request = request
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.to_string());
+        }
+        request.send().await.map_err(ClientError::Transport)
     }
 }
 

@@ -172,6 +172,9 @@ async fn demo_walks_the_whole_flow_and_exits_0() {
         "auth_url_not_allowed",
         "token_rejected",
         "revoked",
+        "403 banned",
+        "reauth_required",
+        "refreshed",
     ] {
         assert!(stdout.contains(step), "missing step {step:?} in:\n{stdout}");
     }

@@ -178,3 +178,26 @@ async fn auth_switched_off_makes_joins_anonymous_with_no_call() {
     );
     assert_eq!(api.api().user_requests(), 0);
 }
+
+#[tokio::test]
+async fn a_token_taken_for_a_short_lifetime_carries_its_expiry_to_the_user() {
+    // Pins down IntegratorClient::fetch_access_token_for and the answer's exp: the user the
+    // resolver returns expires when the token does, not at the session's default lifetime.
+    let api = reference_api().await;
+    let mut client = token_resolver::player::IntegratorClient::new(api.base_url()).unwrap();
+    client.login_password("carol", "carolina").await.unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = client
+        .fetch_access_token_for(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .secret()
+        .to_owned();
+    let resolver = resolver_for(&api.base_url()).build().unwrap();
+    let user = resolver.resolve(&api.base_url(), &token).await.unwrap();
+    let exp = user.expires_at.expect("the answer's exp").unix_seconds();
+    assert!((now + 4..=now + 6).contains(&exp), "exp {exp}, now {now}");
+}

@@ -251,7 +251,18 @@ impl ReferenceApi {
     ///
     /// The I/O error of binding `addr` or of reading the bound address.
     pub async fn spawn(self, addr: SocketAddr) -> std::io::Result<RunningApi> {
-        self.serve_on(addr, None).await
+        self.spawn_on(tokio::net::TcpListener::bind(addr).await?)
+    }
+
+    /// As [`spawn`](Self::spawn), on a listener bound beforehand: its address can then be
+    /// given to the game servers this API will [`notify`](ApiConfig::notify) before the API
+    /// is built, or the socket can come from the service manager.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error of reading the listener's address.
+    pub fn spawn_on(self, listener: tokio::net::TcpListener) -> std::io::Result<RunningApi> {
+        self.serve_on(listener, None)
     }
 
     /// As [`spawn`](Self::spawn), over TLS with the certificate chain in `cert_pem` and its
@@ -269,15 +280,14 @@ impl ReferenceApi {
         key_pem: &[u8],
     ) -> std::io::Result<RunningApi> {
         let acceptor = serve::tls_acceptor(cert_pem, key_pem)?;
-        self.serve_on(addr, Some(acceptor)).await
+        self.serve_on(tokio::net::TcpListener::bind(addr).await?, Some(acceptor))
     }
 
-    async fn serve_on(
+    fn serve_on(
         self,
-        addr: SocketAddr,
+        listener: tokio::net::TcpListener,
         tls: Option<tokio_rustls::TlsAcceptor>,
     ) -> std::io::Result<RunningApi> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
         let local_addr = listener.local_addr()?;
         let counts = Arc::new(ConnectionCounts::default());
         let base_url = serve::base_url(local_addr, tls.is_some());

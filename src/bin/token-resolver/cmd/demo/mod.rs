@@ -10,20 +10,22 @@
 //! error, so a zero exit status means the flow works. The token is never printed.
 
 mod browser;
+mod live;
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::Args;
+use rand::distributions::{Alphanumeric, DistString};
 use serde_json::Map;
 use token_resolver::game_server::telemetry::Metrics;
 use token_resolver::game_server::{
-    AdminConfig, GameClient, GameClientError, GameServer, GameServerConfig, Player, RoomConfig,
-    RunningAdmin, RunningGameServer,
+    AdminConfig, AdminSecret, GameClient, GameClientError, GameServer, GameServerConfig, Player,
+    RoomConfig, RunningAdmin, RunningGameServer,
 };
 use token_resolver::player::{IntegratorClient, RoomInfo, RoomJoinArgs};
-use token_resolver::reference_api::{ApiConfig, ReferenceApi, RunningApi};
+use token_resolver::reference_api::{self, ApiConfig, ReferenceApi, RunningApi};
 use token_resolver::{ErrorCode, Resolver, Stats};
 
 /// A demo step that did not turn out as expected.
@@ -70,10 +72,13 @@ struct Parties {
     admin: RunningAdmin,
     /// The arena's authUrl: the same API, spelt with a trailing slash.
     arena_auth_url: String,
+    /// The secret the integrator and the game server share for revocations and bans.
+    admin_secret: String,
 }
 
 /// Runs the demo, printing to `out`: the parties start, the player logs in, connects, searches
-/// and joins; forged and missing credentials are refused; a logout revokes the token.
+/// and joins; forged and missing credentials are refused; a logout and a ban end live sessions
+/// at once; a short-lived token is renewed in place.
 ///
 /// # Errors
 ///
@@ -105,7 +110,12 @@ async fn narrate(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
     let arena = connect_search_join(out, &parties, &mut player, &token, &me).await?;
     writeln!(out)?;
     refusals(out, &parties, &mut player, &arena, &token).await?;
-    revoke(out, &parties, &mut client, &mut player, &token).await?;
+    writeln!(out)?;
+    live::logout(out, &parties, &mut client, &mut player, &token).await?;
+    writeln!(out)?;
+    live::ban(out, &parties, &arena).await?;
+    writeln!(out)?;
+    live::renewal(out, &parties, &arena).await?;
 
     let s = parties.game.resolver().stats();
     writeln!(
@@ -122,20 +132,22 @@ async fn narrate(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
     Ok(())
 }
 
-/// Starts the integrator's web API and a game server whose resolver calls it.
+/// Starts the integrator's web API and a game server whose resolver calls it; the API tells
+/// the game server's admin listener of logouts and bans.
 async fn start(out: &mut (dyn Write + Send)) -> Result<Parties, DemoError> {
-    let api = ReferenceApi::new(ApiConfig::default())?
-        .spawn(([127, 0, 0, 1], 0).into())
-        .await?;
-    let base = api.base_url();
-    writeln!(out, "[integrator]  reference web API on {base} (HTTP)")?;
-    writeln!(
-        out,
-        "              demo users: alice/wonderland, bob/builder, carol/carolina"
-    )?;
+    // The API's address first: the game server resolves there, and the API notifies the game
+    // server, whose address comes after.
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let admin_secret = Alphanumeric.sample_string(&mut rand::thread_rng(), 32);
     // Installed before the resolver's first resolution, which registers its counters.
     let metrics = Metrics::install()?;
-    let resolver = Resolver::builder().default_auth_url(&base).build()?;
+    // A second of leeway on token expiry (30 s by default), so that a short-lived token
+    // expires while the demo watches.
+    let resolver = Resolver::builder()
+        .default_auth_url(&base)
+        .clock_skew(Duration::from_secs(1))
+        .build()?;
     let arena_auth_url = format!("{base}/");
     let config = GameServerConfig {
         rooms: RoomConfig::defaults(Some(&arena_auth_url)),
@@ -155,6 +167,7 @@ async fn start(out: &mut (dyn Write + Send)) -> Result<Parties, DemoError> {
     )?;
     let admin_config = AdminConfig {
         metrics: Some(metrics),
+        revoke_secret: Some(AdminSecret::new(admin_secret.as_str())?),
         ..AdminConfig::default()
     };
     let admin = game
@@ -162,8 +175,23 @@ async fn start(out: &mut (dyn Write + Send)) -> Result<Parties, DemoError> {
         .await?;
     writeln!(
         out,
-        "              admin listener http://{} (/metrics, /healthz, /readyz)\n",
+        "              admin listener http://{} (/metrics, /healthz, /readyz, /admin/revoke)",
         admin.local_addr()
+    )?;
+    let api_config = ApiConfig {
+        admin_secret: Some(reference_api::AdminSecret::new(admin_secret.as_str())?),
+        notify: vec![format!("http://{}", admin.local_addr())],
+        ..ApiConfig::default()
+    };
+    let api = ReferenceApi::new(api_config)?.spawn_on(listener)?;
+    writeln!(out, "[integrator]  reference web API on {base} (HTTP)")?;
+    writeln!(
+        out,
+        "              demo users: alice/wonderland, bob/builder, carol/carolina"
+    )?;
+    writeln!(
+        out,
+        "              tells the game server of logouts and bans (POST /admin/revoke)\n"
     )?;
     Ok(Parties {
         api,
@@ -171,6 +199,7 @@ async fn start(out: &mut (dyn Write + Send)) -> Result<Parties, DemoError> {
         game,
         admin,
         arena_auth_url,
+        admin_secret,
     })
 }
 
@@ -334,52 +363,6 @@ async fn refusals(
         out,
         "[client] connect without a token",
         &format!("{code} (no request sent)"),
-    )?;
-    Ok(())
-}
-
-/// Logout revokes the token; the game server is told, drops its cached answer and ends the
-/// live session that holds the token, which the player reads at once.
-async fn revoke(
-    out: &mut (dyn Write + Send),
-    parties: &Parties,
-    client: &mut IntegratorClient,
-    player: &mut GameClient,
-    token: &str,
-) -> Result<(), DemoError> {
-    client.logout().await?;
-    step(
-        out,
-        "[client] POST /api/logout",
-        "the session and its tokens end",
-    )?;
-    let told = Instant::now();
-    parties.game.resolver().invalidate(&parties.base, token);
-    step(
-        out,
-        "  [game server] invalidate the token",
-        "its cached answer is dropped, its live sessions told",
-    )?;
-    match tokio::time::timeout(std::time::Duration::from_secs(5), player.next_push()).await {
-        Ok(Err(GameClientError::Revoked(_))) => step(
-            out,
-            "[client] (still in arena)",
-            &format!(
-                "revoked {:.2} ms after the logout, connection closed",
-                ms(told)
-            ),
-        )?,
-        other => return Err(format!("expected the session to be revoked, got {other:?}").into()),
-    }
-    let mut again = GameClient::open(parties.game.local_addr()).await?;
-    let code = expect_refused(
-        again.connect(Some(token)).await,
-        ErrorCode::TokenRejected.as_str(),
-    )?;
-    step(
-        out,
-        "[client] reconnect with the revoked token",
-        &format!("{code} (the web API said 401)"),
     )?;
     Ok(())
 }
