@@ -3,7 +3,9 @@
 //!
 //! - `same node`: the revocation is made on the node the player is connected to;
 //! - `across nodes (Redis)`: it is made on node A and the player is on node B; B hears it on
-//!   the shared tier's invalidation channel, from a real `redis-server` on loopback.
+//!   the shared tier's invalidation channel, from a real `redis-server` on loopback;
+//! - `logout at the integrator`: the player logs out at the reference API, which tells the
+//!   node (`notify`, as `serve-api --notify` does): from the logout call to the read.
 //!
 //! Each row is 200 revocations, one per fresh session (connected and joined to a room), with
 //! the median, p99 and max of the delay. Targets: same node under 100 ms, across nodes under
@@ -21,7 +23,8 @@ use token_resolver::game_server::{
     AdminConfig, AdminSecret, GameClient, GameClientError, GameServer, GameServerConfig,
     RoomConfig, RunningAdmin, RunningGameServer,
 };
-use token_resolver::player::RoomJoinArgs;
+use token_resolver::player::{IntegratorClient, RoomJoinArgs};
+use token_resolver::reference_api::{self, ApiConfig, ReferenceApi};
 use token_resolver::{RedisTier, Resolver};
 
 use support::{Upstream, UpstreamConfig};
@@ -99,6 +102,43 @@ async fn delays(player_on: SocketAddr, revoke_at: SocketAddr) -> Vec<Duration> {
     delays
 }
 
+/// `REVOCATIONS` times: a player logs in at the reference API (which notifies `admin`), joins
+/// on `player_on`, and logs out; the time from the logout call until the player reads
+/// `revoked`.
+async fn logout_delays(player_on: SocketAddr, api_base: &str) -> Vec<Duration> {
+    let mut delays = Vec::with_capacity(REVOCATIONS);
+    for _ in 0..REVOCATIONS {
+        let mut integrator = IntegratorClient::new(api_base).expect("a client");
+        integrator
+            .login_password("alice", "wonderland")
+            .await
+            .expect("a login");
+        let token = integrator
+            .fetch_access_token()
+            .await
+            .expect("a token")
+            .secret()
+            .to_owned();
+        let mut player = GameClient::open(player_on).await.expect("a connection");
+        player.connect(Some(&token)).await.expect("connected");
+        let rooms = player.search_rooms().await.expect("rooms");
+        player
+            .join(
+                &RoomJoinArgs::new(&rooms[0], Default::default()),
+                Some(&token),
+            )
+            .await
+            .expect("joined");
+        let started = Instant::now();
+        integrator.logout().await.expect("logged out");
+        match tokio::time::timeout(Duration::from_secs(5), player.next_push()).await {
+            Ok(Err(GameClientError::Revoked(_))) => delays.push(started.elapsed()),
+            other => panic!("the player was not revoked: {other:?}"),
+        }
+    }
+    delays
+}
+
 fn row(label: &str, mut delays: Vec<Duration>, target: Duration) {
     delays.sort();
     let at = |q: f64| delays[((delays.len() as f64 * q) as usize).min(delays.len() - 1)];
@@ -130,6 +170,30 @@ fn main() {
         let (game, admin) = node(&base, None).await;
         let same = delays(game.local_addr(), admin.local_addr()).await;
         row("same node", same, Duration::from_millis(100));
+    });
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port for the API");
+        let api_base = format!("http://{}", listener.local_addr().expect("its address"));
+        let (game, admin) = node(&api_base, None).await;
+        let config = ApiConfig {
+            admin_secret: Some(
+                reference_api::AdminSecret::new(ADMIN_SECRET).expect("a long secret"),
+            ),
+            notify: vec![format!("http://{}", admin.local_addr())],
+            ..ApiConfig::default()
+        };
+        let _api = ReferenceApi::new(config)
+            .expect("the reference API")
+            .spawn_on(listener)
+            .expect("the API serves");
+        let logouts = logout_delays(game.local_addr(), &api_base).await;
+        row(
+            "logout at the integrator",
+            logouts,
+            Duration::from_millis(100),
+        );
     });
     let Some(redis) = redis_server::RedisServer::start() else {
         println!("| across nodes (Redis) | skipped: redis-server is not installed | | | | |");
