@@ -127,36 +127,13 @@ async fn run<T: Transport>(
         };
         let incoming = match wake {
             Wake::Incoming(incoming) => incoming,
-            Wake::Recheck => {
-                if !still_stands(shared, &holdings).await {
-                    let _ = send(transport, revoked(), shared).await;
-                    return ("revoked", Close::Normal);
-                }
-                continue;
-            }
-            Wake::Timer => match timers.due() {
+            Wake::Recheck => match recheck(transport, shared, &holdings).await {
+                Some(end) => return end,
                 None => continue,
-                Some(Due::Reauth(within)) => {
-                    if send(transport, reauth_required(within), shared)
-                        .await
-                        .is_err()
-                    {
-                        return ("write_failed", Close::Normal);
-                    }
-                    continue;
-                }
-                Some(Due::Expired) => {
-                    let msg = "no refresh came in time after reauth_required; closing";
-                    let _ = send(transport, refusal(SESSION_EXPIRED, msg, false), shared).await;
-                    return (SESSION_EXPIRED, Close::Normal);
-                }
-                Some(Due::Revalidate) => {
-                    if !still_stands(shared, &holdings).await {
-                        let _ = send(transport, revoked(), shared).await;
-                        return ("revoked", Close::Normal);
-                    }
-                    continue;
-                }
+            },
+            Wake::Timer => match on_timer(transport, shared, &holdings, &mut timers).await {
+                Some(end) => return end,
+                None => continue,
             },
         };
         let reply = match incoming {
@@ -194,6 +171,41 @@ async fn run<T: Transport>(
             return ("refused", Close::Normal);
         }
     }
+}
+
+/// What a session's timer found due, done: `Some` with how the session ends, or `None` to go on.
+async fn on_timer<T: Transport>(
+    transport: &mut T,
+    shared: &Shared,
+    holdings: &Holdings,
+    timers: &mut Timers,
+) -> Option<(&'static str, Close)> {
+    match timers.due()? {
+        Due::Reauth(within) => {
+            let sent = send(transport, reauth_required(within), shared).await;
+            sent.is_err().then_some(("write_failed", Close::Normal))
+        }
+        Due::Expired => {
+            let msg = "no refresh came in time after reauth_required; closing";
+            let _ = send(transport, refusal(SESSION_EXPIRED, msg, false), shared).await;
+            Some((SESSION_EXPIRED, Close::Normal))
+        }
+        Due::Revalidate => recheck(transport, shared, holdings).await,
+    }
+}
+
+/// Asks the resolver again about what the session holds; when it no longer stands, tells the
+/// player it was revoked and ends the session.
+async fn recheck<T: Transport>(
+    transport: &mut T,
+    shared: &Shared,
+    holdings: &Holdings,
+) -> Option<(&'static str, Close)> {
+    if still_stands(shared, holdings).await {
+        return None;
+    }
+    let _ = send(transport, revoked(), shared).await;
+    Some(("revoked", Close::Normal))
 }
 
 /// Sleeps until `at`; `None` never comes (its branch is disabled then).

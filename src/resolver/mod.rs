@@ -5,15 +5,19 @@
 //! call under the resolver-wide slot limit. Nothing reaches the network before the first two
 //! pass.
 //!
-//! - this file: the resolve path, invalidation and [`Stats`];
+//! - this file: the resolve path and [`Stats`];
 //! - [`builder`]: [`ResolverBuilder`], every setting and its default;
 //! - [`request`]: [`ConnectRequest`], [`JoinRequest`] and the [`Identity`] they resolve to;
+//! - [`expiry`]: how long an answer may be served, and when never again;
 //! - [`flight`]: coalescing concurrent look-ups of one key into one call;
+//! - [`revoke`]: invalidation and the [`Revocation`](crate::Revocation) events it publishes;
 //! - [`stats`]: [`Stats`] and the striped counters behind it.
 
 pub(crate) mod builder;
+mod expiry;
 mod flight;
 pub(crate) mod request;
+mod revoke;
 pub(crate) mod stats;
 
 use std::borrow::Cow;
@@ -30,12 +34,12 @@ pub use self::request::{ConnectRequest, Identity, JoinRequest};
 pub use self::stats::Stats;
 use self::stats::{Counter, Counters};
 use crate::auth_url::{AllowList, Endpoint};
-use crate::cache::{CacheKey, Cached, KeyRef, Lookup, Revocation, Tiers, TokenFingerprint};
+use crate::cache::{CacheKey, Cached, KeyRef, Lookup, Tiers};
 use crate::error::{ErrorCode, ResolveError};
 use crate::telemetry;
 use crate::token;
 use crate::upstream::{Reply, Upstream};
-use crate::user::{Expiry, User};
+use crate::user::User;
 
 /// Resolves access tokens to users by asking the integrator's `/api/user`, with a cache.
 ///
@@ -416,13 +420,6 @@ impl Resolver {
         }
     }
 
-    /// Whether `user`'s expiry (its answer's `exp` or its token's) has passed, beyond the
-    /// clock skew: such an answer is never served again, stale or not.
-    fn has_expired(&self, user: &User) -> bool {
-        user.expires_at
-            .is_some_and(|exp| exp.has_passed(self.inner.clock_skew))
-    }
-
     /// `user`, flagged stale, counted and logged: the answer while the API is unreachable.
     fn serve_stale(&self, user: &User, error: &ResolveError) -> Arc<User> {
         self.inner.counters.bump(Counter::StaleServed);
@@ -477,31 +474,6 @@ impl Resolver {
         Ok(cached)
     }
 
-    /// Every revocation from now on: each invalidation made here ([`invalidate`](Self::invalidate),
-    /// [`invalidate_user`](Self::invalidate_user), [`invalidate_all`](Self::invalidate_all))
-    /// or received from another node through the shared tier, and a
-    /// [`Revocation::Recheck`] when some may have been missed. A game server closes the
-    /// sessions that hold a revoked token or user.
-    ///
-    /// A subscriber that falls more than 1,024 revocations behind is told so by
-    /// [`RecvError::Lagged`](tokio::sync::broadcast::error::RecvError::Lagged): it should then
-    /// re-check everything it holds.
-    pub fn revocations(&self) -> tokio::sync::broadcast::Receiver<Revocation> {
-        self.inner.cache.revocations()
-    }
-
-    /// The name [`Revocation::Token`] gives `access_token` at `auth_url`: keep it beside a
-    /// session to recognise its token in a revocation without keeping the token for that.
-    /// `None` when `auth_url` is not a usable authUrl.
-    pub fn fingerprint(&self, auth_url: &str, access_token: &str) -> Option<TokenFingerprint> {
-        let endpoint = Endpoint::parse(auth_url, true).ok()?;
-        Some(
-            self.inner
-                .cache
-                .fingerprint(endpoint.as_str(), access_token),
-        )
-    }
-
     /// The leeway on every `exp` ([`ResolverBuilder::clock_skew`]): a token whose expiry is `t`
     /// is valid until `t` plus this.
     pub fn clock_skew(&self) -> Duration {
@@ -525,31 +497,6 @@ impl Resolver {
         self.inner.cache.shared_subscribed()
     }
 
-    /// Drops the cached answer (user or rejection) for one token at one authUrl, here and, with
-    /// a shared tier, in Redis and on every node.
-    ///
-    /// Call it when the integrator tells you a token was revoked. A call for that token already
-    /// in flight will not cache its answer.
-    pub fn invalidate(&self, auth_url: &str, access_token: &str) {
-        if let Ok(endpoint) = Endpoint::parse(auth_url, true) {
-            self.inner.cache.invalidate_token(&endpoint, access_token);
-        }
-    }
-
-    /// Drops every cached token of user `user_id` at `auth_url`, e.g. when the user is banned or
-    /// logs out everywhere; with a shared tier, in Redis and on every node too. It walks the
-    /// local cache: O(entries), meant for rare administrative use.
-    pub fn invalidate_user(&self, auth_url: &str, user_id: i64) {
-        if let Ok(endpoint) = Endpoint::parse(auth_url, true) {
-            self.inner.cache.invalidate_user(endpoint.as_str(), user_id);
-        }
-    }
-
-    /// Empties the cache; with a shared tier, Redis's entries and every node's cache too.
-    pub fn invalidate_all(&self) {
-        self.inner.cache.invalidate_all();
-    }
-
     /// What this resolver (and its clones) did so far.
     pub fn stats(&self) -> Stats {
         let inner = &*self.inner;
@@ -570,49 +517,6 @@ impl Resolver {
         }
     }
 }
-
-impl Inner {
-    /// The entry for an answer: `user`, fresh for `fresh` but no longer than its expiry (the
-    /// answer's `exp` or the token's own, whichever is earlier) plus the clock skew; a
-    /// rejection when that has passed already.
-    fn until_expiry(&self, mut user: User, token: &str, fresh: Duration) -> Cached {
-        user.expires_at = earliest(user.expires_at, token::jwt_expiry(token));
-        match user.expires_at {
-            Some(exp) if exp.has_passed(self.clock_skew) => {
-                Cached::rejected(EXPIRED, self.negative_cache_ttl)
-            }
-            Some(exp) => Cached::user(Arc::new(user), fresh.min(exp.remaining(self.clock_skew))),
-            None => Cached::user(Arc::new(user), fresh),
-        }
-    }
-
-    /// An answer from the shared tier, whose entries do not keep what the token itself says:
-    /// a JWT's expiry is read again (the lifetime left there already took it into account).
-    fn with_token_expiry(&self, cached: Cached, token: &str) -> Cached {
-        match (cached, token::jwt_expiry(token)) {
-            (Cached::User { user, fresh_until }, Some(jwt)) => {
-                let mut user = User::clone(&user);
-                user.expires_at = earliest(user.expires_at, Some(jwt));
-                Cached::User {
-                    user: Arc::new(user),
-                    fresh_until,
-                }
-            }
-            (cached, _) => cached,
-        }
-    }
-}
-
-/// The earlier of two expiries, when either is known.
-fn earliest(a: Option<Expiry>, b: Option<Expiry>) -> Option<Expiry> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// The status a rejection carries when the API answered 200 with an `exp` already passed.
-const EXPIRED: u16 = 200;
 
 /// Whether `error` says the API could not be reached, as opposed to what it answered.
 fn is_outage(error: &ResolveError) -> bool {

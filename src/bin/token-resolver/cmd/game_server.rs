@@ -88,74 +88,11 @@ pub(crate) struct GameServerArgs {
 /// Serves until SIGTERM or Ctrl-C, then drains and exits 0; exit 2 on a usage error (a shared
 /// tier that cannot work included), 1 when a port cannot be bound.
 pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
-    // Before anything records a metric: the resolver registers its counters with the recorder
-    // installed at its first resolution.
-    let metrics = match Metrics::install() {
-        Ok(metrics) => metrics,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let revoke_secret = match admin_secret() {
-        Ok(secret) => secret,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(2);
-        }
-    };
-    let tier = match args.redis.tier() {
-        Ok(tier) => tier,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(2);
-        }
-    };
-    if let Some(tier) = &tier {
-        if let Err(e) = check_at_start(tier).await {
-            eprintln!("error: shared cache (Redis): {e}");
-            return ExitCode::from(2);
-        }
-    }
-    let server = match server(&args, tier) {
-        Ok(server) => server,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(2);
-        }
-    };
-    let mut running = match server.spawn(args.listen).await {
-        Ok(running) => running,
-        Err(e) => {
-            eprintln!("error: cannot listen on {}: {e}", args.listen);
-            return ExitCode::FAILURE;
-        }
-    };
-    if let Some(addr) = args.ws_listen {
-        let config = WebSocketConfig {
-            allowed_origins: args.allow_origin.clone(),
-            ..WebSocketConfig::default()
-        };
-        if let Err(e) = running.listen_websocket(addr, config).await {
-            eprintln!("error: cannot listen on {addr} (--ws-listen): {e}");
-            return ExitCode::FAILURE;
-        }
-    }
-    let admin = match args.admin_listen {
-        None => None,
-        Some(addr) => {
-            let config = AdminConfig {
-                metrics: Some(metrics),
-                revoke_secret,
-                ..AdminConfig::default()
-            };
-            match running.spawn_admin(addr, config).await {
-                Ok(admin) => Some(admin),
-                Err(e) => {
-                    eprintln!("error: cannot listen on {addr} (--admin-listen): {e}");
-                    return ExitCode::FAILURE;
-                }
-            }
+    let (running, admin) = match start(&args).await {
+        Ok(started) => started,
+        Err(failed) => {
+            eprintln!("error: {}", failed.message);
+            return ExitCode::from(failed.exit);
         }
     };
     // Written with errors ignored: a closed stdout must not stop the server.
@@ -169,6 +106,73 @@ pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
         admin.shutdown().await;
     }
     ExitCode::SUCCESS
+}
+
+/// Why the server did not start: what to print, and the exit code.
+struct StartFailed {
+    message: String,
+    exit: u8,
+}
+
+impl StartFailed {
+    /// A usage error (exit 2): a flag, the environment or the shared tier is wrong.
+    fn usage(message: impl Into<String>) -> Self {
+        StartFailed {
+            message: message.into(),
+            exit: 2,
+        }
+    }
+
+    /// The process cannot do its job (exit 1): a port cannot be bound, a recorder installed.
+    fn fatal(message: impl Into<String>) -> Self {
+        StartFailed {
+            message: message.into(),
+            exit: 1,
+        }
+    }
+}
+
+/// Everything up to serving: the metrics recorder, the secrets, the shared tier, the game
+/// listener, the WebSocket listener and the admin listener, in that order.
+async fn start(
+    args: &GameServerArgs,
+) -> Result<(RunningGameServer, Option<RunningAdmin>), StartFailed> {
+    // Before anything records a metric: the resolver registers its counters with the recorder
+    // installed at its first resolution.
+    let metrics = Metrics::install().map_err(|e| StartFailed::fatal(e.to_string()))?;
+    let revoke_secret = admin_secret().map_err(StartFailed::usage)?;
+    let tier = args.redis.tier().map_err(StartFailed::usage)?;
+    if let Some(tier) = &tier {
+        check_at_start(tier)
+            .await
+            .map_err(|e| StartFailed::usage(format!("shared cache (Redis): {e}")))?;
+    }
+    let server = server(args, tier).map_err(StartFailed::usage)?;
+    let mut running = server
+        .spawn(args.listen)
+        .await
+        .map_err(|e| StartFailed::fatal(format!("cannot listen on {}: {e}", args.listen)))?;
+    if let Some(addr) = args.ws_listen {
+        let config = WebSocketConfig {
+            allowed_origins: args.allow_origin.clone(),
+            ..WebSocketConfig::default()
+        };
+        running.listen_websocket(addr, config).await.map_err(|e| {
+            StartFailed::fatal(format!("cannot listen on {addr} (--ws-listen): {e}"))
+        })?;
+    }
+    let Some(addr) = args.admin_listen else {
+        return Ok((running, None));
+    };
+    let config = AdminConfig {
+        metrics: Some(metrics),
+        revoke_secret,
+        ..AdminConfig::default()
+    };
+    let admin = running.spawn_admin(addr, config).await.map_err(|e| {
+        StartFailed::fatal(format!("cannot listen on {addr} (--admin-listen): {e}"))
+    })?;
+    Ok((running, Some(admin)))
 }
 
 /// The secret of `POST /admin/revoke`, from `TOKEN_RESOLVER_ADMIN_TOKEN`; none when unset
