@@ -179,3 +179,38 @@ async fn demo_walks_the_whole_flow_and_exits_0() {
         assert!(stdout.contains(step), "missing step {step:?} in:\n{stdout}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn load_mints_more_tokens_than_one_session_may_issue() {
+    // Pins down `load` against its in-process reference API when the run needs more distinct
+    // tokens than one login session issues: it logs in again rather than failing on 403
+    // `too_many_tokens`, and its rows complete without an error.
+    let tokens = token_resolver::reference_api::MAX_TOKENS_PER_SESSION + 100;
+    let mut cmd = bin();
+    cmd.env("RUST_LOG", "warn").args([
+        "load",
+        "--tokens",
+        &tokens.to_string(),
+        "--requests",
+        "2000",
+        "--rounds",
+        "1",
+        "--fill",
+        "0",
+    ]);
+    let out = output(cmd).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("| token-resolver |"))
+        .unwrap_or_else(|| panic!("no resolver row: {stdout}"));
+    // | row | resolutions/s | p50 | p99 | upstream calls | errors | peak RSS |
+    let errors = row.split('|').nth(6).map(str::trim);
+    assert_eq!(errors, Some("0"), "{row}");
+}

@@ -72,6 +72,7 @@ use self::handlers::{access_token, logout, user};
 use self::login::{login, Verifier};
 use self::notify::Notifier;
 use self::serve::ConnectionCounts;
+pub use self::store::MAX_TOKENS_PER_SESSION;
 use self::store::{hash_password, random_secret, Account, Store, TokenKey};
 use self::throttle::Throttle;
 use crate::server_task::ServerTask;

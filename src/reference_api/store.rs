@@ -28,7 +28,7 @@ const MAX_SESSIONS: usize = 100_000;
 const MAX_TOKENS: usize = 1_000_000;
 /// Most tokens one session issues; then it must log in again. Logout derives them all again,
 /// so this bounds its work (a few milliseconds at the cap, outside the lock).
-pub(super) const MAX_TOKENS_PER_SESSION: u32 = 4_096;
+pub const MAX_TOKENS_PER_SESSION: u32 = 4_096;
 /// Most users banned at once.
 pub(super) const MAX_BANNED: usize = 100_000;
 /// Expired sessions and tokens are swept on every this-many-th issuance.

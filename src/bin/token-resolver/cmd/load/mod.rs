@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use clap::Args;
 use token_resolver::player::IntegratorClient;
-use token_resolver::reference_api::{ApiConfig, ReferenceApi};
+use token_resolver::reference_api::{ApiConfig, ReferenceApi, MAX_TOKENS_PER_SESSION};
 use token_resolver::{Endpoint, Resolver};
 
 use self::baselines::{hyper_client, naive_client, HandWritten, LoopbackServer};
@@ -380,31 +380,46 @@ fn stream(len: usize, n: usize, s: f64, new_share: f64) -> Vec<u32> {
         .collect()
 }
 
-/// Mints `n` access tokens at a reference-API-compatible `base`: one login, then
-/// `/api/access_token` from a few concurrent clients sharing the session.
+/// Mints `n` access tokens at a reference-API-compatible `base`: a few concurrent minters over
+/// enough sessions that none issues more than the reference API lets one session issue
+/// ([`MAX_TOKENS_PER_SESSION`]). The logins go one after another: the reference API bounds
+/// concurrent password checks and answers 429 beyond.
 async fn mint(base: &str, username: &str, password: &str, n: usize) -> Result<Vec<String>, String> {
-    let mut client = IntegratorClient::new(base).map_err(|e| e.to_string())?;
-    client
-        .login_password(username, password)
-        .await
-        .map_err(|e| format!("login as {username} at {base}: {e}"))?;
+    const MINTERS: usize = 8;
+    let sessions = MINTERS.max(n.div_ceil(MAX_TOKENS_PER_SESSION as usize));
+    let mut clients = Vec::with_capacity(sessions);
+    for _ in 0..sessions {
+        let mut client = IntegratorClient::new(base).map_err(|e| e.to_string())?;
+        client
+            .login_password(username, password)
+            .await
+            .map_err(|e| format!("login as {username} at {base}: {e}"))?;
+        clients.push(client);
+    }
     let minted = Arc::new(AtomicU64::new(0));
     let progress = Progress::start("minting tokens", n as u64, minted.clone());
-    const MINTERS: usize = 8;
     let mut tasks = tokio::task::JoinSet::new();
     for m in 0..MINTERS {
-        let mut client = client.clone();
+        // Sessions m, m + MINTERS, ...: each mints its share of `n`, at most the cap.
+        let mine: Vec<(usize, IntegratorClient)> = clients
+            .iter()
+            .enumerate()
+            .skip(m)
+            .step_by(MINTERS)
+            .map(|(i, c)| (n / sessions + usize::from(i < n % sessions), c.clone()))
+            .collect();
         let minted = minted.clone();
-        let count = n / MINTERS + usize::from(m < n % MINTERS);
         tasks.spawn(async move {
-            let mut tokens = Vec::with_capacity(count);
-            for _ in 0..count {
-                let token = client
-                    .fetch_access_token()
-                    .await
-                    .map_err(|e| format!("minting a token: {e}"))?;
-                tokens.push(token.secret().to_owned());
-                minted.fetch_add(1, Ordering::Relaxed);
+            let mut tokens = Vec::new();
+            for (count, mut client) in mine {
+                for _ in 0..count {
+                    let token = client
+                        .fetch_access_token()
+                        .await
+                        .map_err(|e| format!("minting a token: {e}"))?;
+                    tokens.push(token.secret().to_owned());
+                    minted.fetch_add(1, Ordering::Relaxed);
+                }
             }
             Ok::<_, String>(tokens)
         });
