@@ -135,9 +135,14 @@ pub use resolver::{ConnectRequest, Identity, JoinRequest, Resolver, ResolverBuil
 pub use token::{check_syntax, AccessToken, MAX_TOKEN_BYTES};
 pub use user::{Expiry, ExtraFields, User};
 
-/// The README's Rust examples compile as doctests (they use the companion products and the
-/// shared tier).
-#[cfg(all(doctest, feature = "reference-api", feature = "redis"))]
+/// The README's Rust examples compile as doctests (they use the companion products, the shared
+/// tier and the axum integration).
+#[cfg(all(
+    doctest,
+    feature = "reference-api",
+    feature = "redis",
+    feature = "axum"
+))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
