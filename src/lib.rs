@@ -22,7 +22,9 @@
 //!
 //! - `resolver/`: [`Resolver`] and the resolve path; [`ResolverBuilder`], every setting;
 //!   [`ConnectRequest`], [`JoinRequest`] and the [`Identity`] they resolve to; coalescing of
-//!   concurrent look-ups (`flight`); [`Stats`].
+//!   concurrent look-ups (`flight`); how long an answer lives (`expiry`: `exp`, a JWT's `exp`,
+//!   the clock skew); invalidation and the [`Revocation`] events a game server closes live
+//!   sessions on (`revoke`); [`Stats`].
 //! - `cache/`: the cache as one type over its tiers: keys and their keyed hashing (`key`), the
 //!   local moka caches (`local`) and, with feature `redis`, the shared tier on Redis (`redis`,
 //!   configured by [`RedisTier`]: one server over `redis://` or `rediss://`, Sentinel, or Redis
@@ -51,7 +53,9 @@
 //!   [`IntegratorClient`](player::IntegratorClient), which logs in to the integrator's web API
 //!   and takes an access token.
 //! - [`game_server`] (feature `reference-api`): a runnable game server embedding the resolver,
-//!   and [`GameClient`](game_server::GameClient), its client.
+//!   over TCP and WebSocket, with live sessions (revocation, renewal), an admin listener
+//!   (metrics, probes, `POST /admin/revoke`) and draining; and
+//!   [`GameClient`](game_server::GameClient), its client.
 //! - [`reference_api`] (feature `reference-api`): a reference integrator web API, over HTTP or
 //!   HTTPS, HTTP/1.1 and HTTP/2.
 //! - `server_task`: a server in a tokio task with a bounded graceful shutdown, which both
@@ -68,7 +72,7 @@
 //! - `redis`: the shared cache tier ([`RedisTier`]), with TLS (rustls), Sentinel and Cluster.
 //! - `axum`: the axum/tower integration above (axum, and tower's layer and service traits).
 //! - `reference-api`: the companion products above (axum, argon2).
-//! - `cli` (default): the binary; pulls in both, plus clap.
+//! - `cli` (the only default): the binary; pulls in `reference-api` and `redis`, plus clap.
 //!
 //! A game server that embeds the resolver depends with `default-features = false` and pulls in
 //! neither axum nor clap; with `features = ["axum"]` it pulls in axum, but not clap or argon2.
