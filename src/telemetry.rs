@@ -13,7 +13,8 @@ use metrics::Counter;
 use crate::error::ErrorCode;
 
 /// Counter, label `outcome`: `hit`, `miss` (answered by an upstream call this resolution made),
-/// `coalesced` (answered by another resolution's call), or the error code of a failure.
+/// `coalesced` (answered by another resolution's call), `stale` (a stale answer served while the
+/// API was unreachable), or the error code of a failure.
 pub const RESOLUTIONS_TOTAL: &str = "token_resolver_resolutions_total";
 
 /// Counter, label `status`: the HTTP status of each upstream request, or `error` when none came.

@@ -68,9 +68,13 @@ impl Expiry {
     /// How long from now until this moment plus `leeway` (clock skew, RFC 7519); zero once
     /// that has passed.
     pub fn remaining(self, leeway: Duration) -> Duration {
-        (self.system_time() + leeway)
-            .duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO)
+        // Checked: the leeway is configuration, and a huge one must not panic.
+        match self.system_time().checked_add(leeway) {
+            Some(until) => until
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO),
+            None => Duration::MAX,
+        }
     }
 
     /// Whether this moment plus `leeway` has passed.

@@ -185,6 +185,12 @@ status_case!(
         429, &[("retry-after", "Fri, 31 Dec 2100 23:59:59 GMT")] => AuthUnavailable, 1
 );
 status_case!(
+    /// 503 whose Retry-After is the largest number of seconds there is ends the tries at once,
+    /// rather than overflowing the clock.
+    status_503_with_a_retry_after_past_any_clock_ends_the_tries_at_once:
+        503, &[("retry-after", "18446744073709551615")] => AuthUnavailable, 1
+);
+status_case!(
     /// 429 with `Retry-After: 0` is retried at once, then unavailable.
     status_429_with_retry_after_zero_is_retried_then_unavailable:
         429, &[("retry-after", "0")] => AuthUnavailable, 2

@@ -396,3 +396,104 @@ async fn a_node_rechecks_its_sessions_when_redis_comes_back() {
         Ok(Err(GameClientError::Revoked(_)))
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_that_lands_while_the_token_is_resolved_still_reaches_the_session() {
+    // Pins down revocations racing a connect: one that comes while the game server waits for
+    // /api/user finds no session holding the token yet; the session learns of it when the answer
+    // comes, and the player is told `revoked` instead of `connected`. A revocation of someone
+    // else in the same window leaves a second player connected.
+    let release = Arc::new(tokio::sync::Notify::new());
+    let api = Scripted::start({
+        let release = release.clone();
+        move |_, seen: Seen| {
+            let release = release.clone();
+            async move {
+                release.notified().await;
+                answer(&seen, false)
+            }
+        }
+    })
+    .await;
+    let resolver = resolver_for(&api.url()).build().unwrap();
+    let game = server(resolver.clone()).await;
+    let addr = game.local_addr();
+    let connect = |token: &'static str| {
+        tokio::spawn(async move {
+            let mut client = GameClient::open(addr).await.unwrap();
+            client.connect(Some(token)).await
+        })
+    };
+
+    let alice = connect("alice");
+    eventually("Alice's call is under way", || api.requests() == 1).await;
+    resolver.invalidate_user(&api.url(), 1);
+    release.notify_one();
+    let connected = alice.await.unwrap();
+    assert!(
+        matches!(connected, Err(GameClientError::Revoked(_))),
+        "{connected:?}"
+    );
+
+    let bob = connect("bob");
+    eventually("Bob's call is under way", || api.requests() == 2).await;
+    resolver.invalidate_user(&api.url(), 1);
+    release.notify_one();
+    let connected = bob.await.unwrap();
+    assert!(connected.is_ok(), "Bob was not named: {connected:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revalidation_during_the_grace_leaves_the_expired_session_its_refresh() {
+    // Pins down revalidation and the grace together: once the token has expired, checking it
+    // again would only hear that it expired; that is the grace timer's business, so the player
+    // told `reauth_required` keeps the whole grace to refresh and stays in the room.
+    let expires = unix_now() + 1;
+    let api = Scripted::start(move |_, seen: Seen| async move {
+        let exp = match seen.header("authorization").unwrap_or_default() {
+            "Bearer expiring" => expires,
+            _ => unix_now() + 3600,
+        };
+        let body = json!({"id": 1, "name": "Alice", "exp": exp}).to_string();
+        let body: &'static [u8] = Box::leak(body.into_bytes().into_boxed_slice());
+        respond(200, &[("content-type", "application/json")], body)
+    })
+    .await;
+    let config = GameServerConfig {
+        rooms: vec![room("lobby", None)],
+        reauth_grace: Duration::from_secs(3),
+        revalidate: Some(Duration::from_millis(50)),
+        ..GameServerConfig::default()
+    };
+    let game = game_server_with(strict(&api.url()).build().unwrap(), config).await;
+    let mut client = in_the_lobby(&game, "expiring").await;
+    assert!(matches!(
+        client.next_push().await.unwrap(),
+        Push::ReauthRequired(_)
+    ));
+    // A revalidation every 50 ms: ten of them come during this part of the grace.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let refreshed = client.refresh("fresh").await;
+    assert!(refreshed.is_ok(), "{refreshed:?}");
+    assert_eq!(game.members("lobby").len(), 1, "still in the room");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_client_is_closed_on_time_however_often_the_session_revalidates() {
+    // Pins down the idle timeout beside the session's own timers: silence counts from the
+    // client's last message, so revalidations every 50 ms do not keep a silent client in.
+    let api = api(Arc::default()).await;
+    let config = GameServerConfig {
+        rooms: vec![room("lobby", None)],
+        idle_timeout: Duration::from_millis(300),
+        revalidate: Some(Duration::from_millis(50)),
+        ..GameServerConfig::default()
+    };
+    let game = game_server_with(resolver_for(&api.url()).build().unwrap(), config).await;
+    let mut client = in_the_lobby(&game, "long").await;
+    let closed = tokio::time::timeout(Duration::from_secs(5), client.next_push())
+        .await
+        .expect("closed within the idle timeout, not kept open by revalidation");
+    let refused = closed.unwrap_err();
+    assert_eq!(refused.code(), Some("idle_timeout"), "{refused:?}");
+}

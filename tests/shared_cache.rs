@@ -8,6 +8,9 @@ mod support;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+
 use redis_server::RedisServer;
 use support::{login_and_take_token, reference_api, resolver_for, Scripted};
 use token_resolver::RedisTier;
@@ -367,5 +370,40 @@ async fn two_game_server_processes_share_one_redis() {
         api.api().user_requests(),
         1,
         "the second process answered from Redis"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwts_expiry_survives_the_trip_through_redis_into_the_local_cache() {
+    // Pins down read-through of a JWT: Redis keeps no expiry of the token's own, so node B
+    // reads it from the token again, and keeps it in what it caches locally too (its later hits
+    // and what it would serve stale must know when the token ends).
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let api = Scripted::start(|_, _| async { support::user_answer(7, "Jay") }).await;
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    let token = format!(
+        "{}.{}.c2ln",
+        URL_SAFE_NO_PAD.encode(r#"{"alg":"HS256"}"#),
+        URL_SAFE_NO_PAD.encode(format!(r#"{{"sub":"7","exp":{exp}}}"#))
+    );
+    let (a, b) = (node(&api.url(), &redis), node(&api.url(), &redis));
+    a.resolve(&api.url(), &token).await.unwrap();
+    eventually("A's answer reaches Redis", || redis.key_count() > 0).await;
+    let from_redis = b.resolve(&api.url(), &token).await.unwrap();
+    let from_local = b.resolve(&api.url(), &token).await.unwrap();
+    assert_eq!((b.stats().shared_hits, b.stats().hits), (1, 1));
+    assert_eq!(api.requests(), 1, "node B made no API call");
+    let seconds = |user: &token_resolver::User| user.expires_at.map(|e| e.unix_seconds());
+    assert_eq!(seconds(&from_redis), Some(exp));
+    assert_eq!(
+        seconds(&from_local),
+        Some(exp),
+        "the local copy knows it too"
     );
 }

@@ -111,7 +111,8 @@ impl Tiers {
     }
 
     /// The local tier's answer for `key`, telling fresh entries from ones kept only as a
-    /// fallback. The hit path: no clock is read unless stale serving is on.
+    /// fallback. The hit path: the clock is read only for entries that end before the cache's
+    /// time to live (a shorter `max-age`, an `exp`, a read-through) or with stale serving on.
     #[inline]
     pub(crate) fn lookup(&self, key: &KeyRef<'_>) -> Lookup {
         self.local.lookup(key)
@@ -136,17 +137,20 @@ impl Tiers {
         Generation(self.local.generation.load(Ordering::Acquire))
     }
 
-    /// The shared tier's answer for a local miss, stored locally with the lifetime it has left
-    /// there; `None` without a shared tier, when it has none, or when Redis fails.
+    /// The shared tier's answer for a local miss, completed by `complete` (Redis does not keep
+    /// what the token itself says, such as a JWT's expiry) and stored locally so, with the
+    /// lifetime it has left there; `None` without a shared tier, when it has none, or when Redis
+    /// fails.
     pub(crate) async fn read_through(
         &self,
         endpoint: &Arc<Endpoint>,
         token: &str,
         generation: Generation,
+        complete: impl FnOnce(Cached) -> Cached,
     ) -> Option<Cached> {
         let shared = self.shared.as_ref()?;
         self.start_subscriber();
-        let cached = shared.get(endpoint.as_str(), token).await?;
+        let cached = complete(shared.get(endpoint.as_str(), token).await?);
         self.local.store(endpoint, token, &cached, generation);
         Some(cached)
     }
@@ -275,12 +279,19 @@ impl Local {
         cached: &Cached,
         generation: Generation,
     ) -> bool {
-        let invalidated_meanwhile = self.generation.load(Ordering::Acquire) != generation.0;
-        if cached.fresh_until().has_passed() || invalidated_meanwhile {
+        let invalidated_since = || self.generation.load(Ordering::Acquire) != generation.0;
+        if cached.fresh_until().has_passed() || invalidated_since() {
             return false;
         }
         self.cache
             .insert(CacheKey::new(endpoint.clone(), token), cached);
+        // An invalidation between the check and the insert may have walked the cache before
+        // the entry was there: look again, and take the entry back if one came.
+        if invalidated_since() {
+            self.cache
+                .invalidate(&KeyRef { endpoint, token } as &dyn KeyView);
+            return false;
+        }
         self.publish_entries();
         true
     }

@@ -308,8 +308,12 @@ impl GameClient {
     /// As [`request`](Self::request); `Io` with `UnexpectedEof` when the server closed.
     pub async fn read_answer(&mut self) -> Result<Value, GameClientError> {
         match read_line(&mut self.reader, &mut self.line, MAX_ANSWER_BYTES).await? {
-            Line::Complete => serde_json::from_slice(&self.line)
-                .map_err(|e| GameClientError::Protocol(format!("not JSON: {e}"))),
+            Line::Complete => {
+                let answer = serde_json::from_slice(&self.line)
+                    .map_err(|e| GameClientError::Protocol(format!("not JSON: {e}")));
+                self.line.clear();
+                answer
+            }
             Line::Eof => Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "the server closed the connection",

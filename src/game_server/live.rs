@@ -6,7 +6,7 @@
 //! A session keeps its tokens in memory only, as [`AccessToken`]s whose `Debug` shows nothing;
 //! the registry keeps their fingerprints, never the tokens.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::handler::Shared;
 use super::protocol::encode;
 use super::telemetry::REVOKED_TOTAL;
-use crate::{AccessToken, Expiry, ResolveError, Revocation, TokenFingerprint, User};
+use crate::{AccessToken, Expiry, Revocation, TokenFingerprint};
 
 /// Which request a credential came from: a session holds at most one of each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,11 +71,24 @@ struct Registered {
     recheck: Arc<Notify>,
 }
 
-/// Every open session of one server that resolved a token, by connection.
+/// Every open session of one server that resolved a token, by connection, and the latest
+/// revocations, so that a session that was resolving while one came can still find it.
 #[derive(Debug, Default)]
 pub(super) struct Registry {
-    sessions: Mutex<HashMap<u64, Registered>>,
+    inner: Mutex<Sessions>,
 }
+
+#[derive(Debug, Default)]
+struct Sessions {
+    by_connection: HashMap<u64, Registered>,
+    /// The last [`RECENT`] revocations, by sequence number.
+    recent: VecDeque<(u64, Revocation)>,
+    /// The sequence number the next revocation gets.
+    next: u64,
+}
+
+/// How many revocations the registry remembers for sessions that were resolving meanwhile.
+const RECENT: usize = 256;
 
 /// A session's levers, from [`Registry::enrol`].
 pub(super) struct Levers {
@@ -83,16 +96,33 @@ pub(super) struct Levers {
     pub(super) recheck: Arc<Notify>,
 }
 
+/// Where the registry's revocations stood: taken before a message is handled, given back to
+/// [`Registry::update`] after.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Mark(u64);
+
+/// What came while a session was handling a message, by [`Registry::update`].
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Meanwhile {
+    /// No revocation that names what the session holds.
+    Nothing,
+    /// A revocation named it: the session is revoked.
+    Named,
+    /// More revocations than the registry remembers, or a re-check for everyone: the session
+    /// checks its tokens again.
+    Unknown,
+}
+
 impl Registry {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Registered>> {
-        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Sessions> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Enrols a new session; its levers.
     pub(super) fn enrol(&self, connection: u64) -> Levers {
         let kick = CancellationToken::new();
         let recheck = Arc::new(Notify::new());
-        self.lock().insert(
+        self.lock().by_connection.insert(
             connection,
             Registered {
                 held: Vec::new(),
@@ -103,50 +133,90 @@ impl Registry {
         Levers { kick, recheck }
     }
 
-    /// Records what the session holds now.
-    pub(super) fn update(&self, connection: u64, holdings: &Holdings) {
-        if let Some(registered) = self.lock().get_mut(&connection) {
-            registered.held = holdings
-                .credentials
-                .iter()
-                .map(|c| (c.endpoint.clone(), c.fingerprint.clone(), c.user_id))
-                .collect();
+    /// Where revocations stand now.
+    pub(super) fn mark(&self) -> Mark {
+        Mark(self.lock().next)
+    }
+
+    /// Records what the session holds now, and says whether a revocation since `since` names
+    /// it: one that came while the message was handled found the session's old holdings.
+    pub(super) fn update(&self, connection: u64, holdings: &Holdings, since: Mark) -> Meanwhile {
+        let mut sessions = self.lock();
+        let held: Vec<_> = holdings
+            .credentials
+            .iter()
+            .map(|c| (c.endpoint.clone(), c.fingerprint.clone(), c.user_id))
+            .collect();
+        let meanwhile = if held.is_empty() || sessions.next == since.0 {
+            Meanwhile::Nothing
+        } else if sessions
+            .recent
+            .front()
+            .is_none_or(|(seq, _)| *seq > since.0)
+        {
+            Meanwhile::Unknown
+        } else {
+            let came = sessions.recent.iter().filter(|(seq, _)| *seq >= since.0);
+            came.fold(Meanwhile::Nothing, |found, (_, revocation)| {
+                match (found, names(revocation, &held)) {
+                    (Meanwhile::Named, _) | (_, Some(true)) => Meanwhile::Named,
+                    (Meanwhile::Unknown, _) | (_, None) => Meanwhile::Unknown,
+                    (Meanwhile::Nothing, Some(false)) => Meanwhile::Nothing,
+                }
+            })
+        };
+        if let Some(registered) = sessions.by_connection.get_mut(&connection) {
+            registered.held = held;
         }
+        meanwhile
     }
 
     pub(super) fn remove(&self, connection: u64) {
-        self.lock().remove(&connection);
+        self.lock().by_connection.remove(&connection);
     }
 
     /// Kicks every session `revocation` names (a `Recheck` makes every session that holds a
     /// token check it again instead); how many were kicked now.
     pub(super) fn revoke(&self, revocation: &Revocation) -> usize {
-        let sessions = self.lock();
+        let mut sessions = self.lock();
+        let seq = sessions.next;
+        sessions.next += 1;
+        if sessions.recent.len() == RECENT {
+            sessions.recent.pop_front();
+        }
+        sessions.recent.push_back((seq, revocation.clone()));
         let mut kicked = 0;
-        for registered in sessions.values().filter(|r| !r.held.is_empty()) {
-            let named = match revocation {
-                Revocation::Token { endpoint, token } => registered
-                    .held
-                    .iter()
-                    .any(|(e, f, _)| e == endpoint && f == token),
-                Revocation::User { endpoint, user_id } => registered
-                    .held
-                    .iter()
-                    .any(|(e, _, u)| e == endpoint && u == user_id),
-                Revocation::All => true,
-                Revocation::Recheck => {
-                    registered.recheck.notify_one();
-                    false
+        for registered in sessions.by_connection.values() {
+            if registered.held.is_empty() {
+                continue;
+            }
+            match names(revocation, &registered.held) {
+                Some(true) if !registered.kick.is_cancelled() => {
+                    registered.kick.cancel();
+                    kicked += 1;
                 }
-            };
-            if named && !registered.kick.is_cancelled() {
-                registered.kick.cancel();
-                kicked += 1;
+                Some(_) => {}
+                None => registered.recheck.notify_one(),
             }
         }
         metrics::counter!(REVOKED_TOTAL).increment(kicked as u64);
         kicked
     }
+}
+
+/// Whether `revocation` names one of the credentials `held`; `None` for a re-check, which names
+/// nobody and asks everybody to check again.
+fn names(revocation: &Revocation, held: &[(String, TokenFingerprint, i64)]) -> Option<bool> {
+    Some(match revocation {
+        Revocation::Token { endpoint, token } => {
+            held.iter().any(|(e, f, _)| e == endpoint && f == token)
+        }
+        Revocation::User { endpoint, user_id } => {
+            held.iter().any(|(e, _, u)| e == endpoint && u == user_id)
+        }
+        Revocation::All => true,
+        Revocation::Recheck => return None,
+    })
 }
 
 /// Applies the resolver's revocations to the sessions of the server behind `shared` until it
@@ -183,24 +253,6 @@ pub(super) async fn listen(shared: Weak<Shared>) {
     }
 }
 
-/// Resolves every credential of a session again (through the cache, coalesced); the first
-/// error, if any, and the users they resolved to.
-pub(super) async fn check_again(
-    shared: &Shared,
-    holdings: &Holdings,
-) -> Result<Vec<Arc<User>>, ResolveError> {
-    let mut users = Vec::with_capacity(holdings.credentials.len());
-    for credential in &holdings.credentials {
-        users.push(
-            shared
-                .resolver
-                .resolve(&credential.endpoint, credential.token.secret())
-                .await?,
-        );
-    }
-    Ok(users)
-}
-
 /// `{"type":"revoked","error":"token_rejected","message":…}`.
 pub(super) fn revoked() -> Vec<u8> {
     encode(&json!({
@@ -229,6 +281,13 @@ pub(super) struct Timers {
     clock_skew: Duration,
     grace: Duration,
     revalidate: Option<Duration>,
+}
+
+/// `by` after `now`, or a century on when that is past what an `Instant` holds: durations come
+/// from configuration and from the API's `exp`, and must not panic a session.
+fn later(now: tokio::time::Instant, by: Duration) -> tokio::time::Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    now.checked_add(by.min(CENTURY)).unwrap_or(now)
 }
 
 /// What a session's clock says is due.
@@ -271,7 +330,7 @@ impl Timers {
         let now = tokio::time::Instant::now();
         let reauth_at = holdings
             .earliest_expiry()
-            .map(|exp| now + exp.remaining(self.clock_skew));
+            .map(|exp| later(now, exp.remaining(self.clock_skew)));
         match reauth_at {
             // Credentials that expire later: a grace under way is over.
             Some(at) if at > now => {
@@ -287,7 +346,7 @@ impl Timers {
             }
         }
         self.revalidate_at = match (self.revalidate, holdings.credentials.is_empty()) {
-            (Some(every), false) => self.revalidate_at.or(Some(now + every)),
+            (Some(every), false) => self.revalidate_at.or(Some(later(now, every))),
             _ => None,
         };
     }
@@ -301,26 +360,37 @@ impl Timers {
         }
         if self.reauth_at.is_some_and(|at| at <= now) {
             self.reauth_at = None;
-            self.expires_at = Some(now + self.grace);
+            self.expires_at = Some(later(now, self.grace));
             return Some(Due::Reauth(self.grace));
         }
         if self.revalidate_at.is_some_and(|at| at <= now) {
-            self.revalidate_at = self.revalidate.map(|every| now + every);
+            self.revalidate_at = self.revalidate.map(|every| later(now, every));
             return Some(Due::Revalidate);
         }
         None
     }
 }
 
-/// Whether what `holdings` holds still stands: every token resolves again to its user. Only
-/// an answer that says no (a rejection, another user) makes it fall; an unreachable API does
-/// not, so that an outage does not close sessions.
+/// Whether what `holdings` holds still stands: every token resolves again (through the cache,
+/// coalesced) to its user. Only an answer that says no (a rejection, another user) makes it
+/// fall; an unreachable API does not, so that an outage does not close sessions. A token past
+/// its expiry is not asked about: it is the grace timer's business, and its session may still
+/// send a refresh.
 pub(super) async fn still_stands(shared: &Shared, holdings: &Holdings) -> bool {
-    match check_again(shared, holdings).await {
-        Ok(users) => users
-            .iter()
-            .zip(&holdings.credentials)
-            .all(|(user, credential)| user.id == credential.user_id),
-        Err(e) => !e.is_rejected(),
+    let clock_skew = shared.resolver.clock_skew();
+    for credential in &holdings.credentials {
+        if credential
+            .expires_at
+            .is_some_and(|exp| exp.has_passed(clock_skew))
+        {
+            continue;
+        }
+        let token = credential.token.secret();
+        match shared.resolver.resolve(&credential.endpoint, token).await {
+            Ok(user) if user.id != credential.user_id => return false,
+            Err(e) if e.is_rejected() => return false,
+            Ok(_) | Err(_) => {}
+        }
     }
+    true
 }

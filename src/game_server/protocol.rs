@@ -158,14 +158,17 @@ pub(super) enum Line {
     TooLong,
 }
 
-/// Reads one `\n`-terminated line of at most `max` bytes into `buf` (cleared first), never
-/// buffering more than `max` bytes of it.
+/// Reads one `\n`-terminated line of at most `max` bytes onto the end of `buf`, never
+/// buffering more than `max` bytes of it. The caller empties `buf` after a complete line.
+///
+/// Cancel-safe: a call dropped at its `await` (a session's timer won the race) leaves what it
+/// read of the line in `buf`, and the next call goes on from there, so no part of a line the
+/// client sent is lost.
 pub(super) async fn read_line<R: AsyncBufRead + Unpin>(
     reader: &mut R,
     buf: &mut Vec<u8>,
     max: usize,
 ) -> io::Result<Line> {
-    buf.clear();
     loop {
         let available = reader.fill_buf().await?;
         if available.is_empty() {
@@ -192,7 +195,7 @@ pub(super) async fn read_line<R: AsyncBufRead + Unpin>(
 
 #[cfg(test)]
 mod tests {
-    use tokio::io::BufReader;
+    use tokio::io::{AsyncWriteExt, BufReader};
 
     use super::*;
 
@@ -206,6 +209,7 @@ mod tests {
             Line::Complete
         ));
         assert_eq!(buf, b"{\"a\":1}");
+        buf.clear();
         assert!(matches!(
             read_line(&mut reader, &mut buf, 10).await.unwrap(),
             Line::Complete
@@ -215,6 +219,26 @@ mod tests {
             read_line(&mut reader, &mut buf, 10).await.unwrap(),
             Line::TooLong
         ));
+    }
+
+    #[tokio::test]
+    async fn a_read_cancelled_mid_line_loses_nothing_of_it() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut reader = tokio::io::BufReader::new(server);
+        let mut buf = Vec::new();
+        client.write_all(b"{\"type\":").await.unwrap();
+        let cancelled = tokio::time::timeout(
+            std::time::Duration::from_millis(20),
+            read_line(&mut reader, &mut buf, 100),
+        )
+        .await;
+        assert!(cancelled.is_err(), "no whole line yet");
+        client.write_all(b"\"join\"}\n").await.unwrap();
+        assert!(matches!(
+            read_line(&mut reader, &mut buf, 100).await.unwrap(),
+            Line::Complete
+        ));
+        assert_eq!(buf, b"{\"type\":\"join\"}");
     }
 
     #[tokio::test]

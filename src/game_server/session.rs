@@ -13,8 +13,8 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::handler::{handle, Shared};
-use super::live::{reauth_required, revoked, still_stands, Due, Holdings, Timers};
+use super::handler::{handle, Reply, Shared};
+use super::live::{reauth_required, revoked, still_stands, Due, Holdings, Mark, Meanwhile, Timers};
 use super::protocol::{
     refusal, shutdown, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, SESSION_EXPIRED,
 };
@@ -106,8 +106,12 @@ async fn run<T: Transport>(
         config.reauth_grace,
         config.revalidate,
     );
+    // Silence is counted from the last message, not from the last wake-up: timers and
+    // rechecks do not keep a silent client connected.
+    let mut heard_at = tokio::time::Instant::now();
     loop {
         let next = timers.next();
+        let silence_left = config.idle_timeout.saturating_sub(heard_at.elapsed());
         let wake = tokio::select! {
             biased;
             () = shared.cut.cancelled() => return ("cut", Close::Normal),
@@ -121,7 +125,8 @@ async fn run<T: Transport>(
             }
             () = levers.recheck.notified() => Wake::Recheck,
             () = sleep_until(next), if next.is_some() => Wake::Timer,
-            incoming = tokio::time::timeout(config.idle_timeout, transport.recv()) => {
+            incoming = tokio::time::timeout(silence_left, transport.recv()) => {
+                heard_at = tokio::time::Instant::now();
                 Wake::Incoming(incoming)
             }
         };
@@ -136,39 +141,95 @@ async fn run<T: Transport>(
                 None => continue,
             },
         };
-        let reply = match incoming {
-            Err(_) => {
-                let msg = format!("no message within {:?}; closing", config.idle_timeout);
-                let _ = send(transport, refusal(IDLE_TIMEOUT, &msg, false), shared).await;
-                return (IDLE_TIMEOUT, Close::Normal);
-            }
-            Ok(Err(_)) | Ok(Ok(Incoming::Closed)) => return ("closed", Close::Normal),
-            Ok(Ok(Incoming::TooLong)) => {
-                let msg = format!(
-                    "a message is longer than {} bytes; closing",
-                    config.max_line_bytes
-                );
-                let _ = send(transport, refusal(LINE_TOO_LONG, &msg, false), shared).await;
-                return (LINE_TOO_LONG, Close::TooBig);
-            }
-            Ok(Ok(Incoming::Unsupported(why))) => refusal(BAD_REQUEST, why, false).into(),
-            Ok(Ok(Incoming::Message(message))) if message.iter().all(u8::is_ascii_whitespace) => {
-                continue
-            }
-            // A message in progress finishes while the server drains; only a cut stops it.
-            Ok(Ok(Incoming::Message(message))) => tokio::select! {
-                biased;
-                () = shared.cut.cancelled() => return ("cut", Close::Normal),
-                reply = handle(shared, connection, &mut holdings, T::NAME, &message) => reply,
-            },
+        let reply = match on_incoming(transport, shared, connection, &mut holdings, incoming).await
+        {
+            Next::Answer(reply) => reply,
+            Next::Skip => continue,
+            Next::End(why, how) => return (why, how),
         };
-        shared.registry.update(connection, &holdings);
         timers.rearm(&holdings);
         if send(transport, reply.message, shared).await.is_err() {
             return ("write_failed", Close::Normal);
         }
         if reply.close {
             return ("refused", Close::Normal);
+        }
+    }
+}
+
+/// What the loop does next with what the transport read.
+enum Next {
+    /// Send this answer.
+    Answer(Reply),
+    /// Nothing to answer (a blank line).
+    Skip,
+    /// The session is over: why, and how to close.
+    End(&'static str, Close),
+}
+
+/// Works out the answer to what the transport read: a message handled (recording what the
+/// session holds then), a refusal, or the end of the session.
+async fn on_incoming<T: Transport>(
+    transport: &mut T,
+    shared: &Shared,
+    connection: u64,
+    holdings: &mut Holdings,
+    incoming: Result<io::Result<Incoming>, tokio::time::error::Elapsed>,
+) -> Next {
+    let config = &shared.config;
+    match incoming {
+        Err(_) => {
+            let msg = format!("no message within {:?}; closing", config.idle_timeout);
+            let _ = send(transport, refusal(IDLE_TIMEOUT, &msg, false), shared).await;
+            Next::End(IDLE_TIMEOUT, Close::Normal)
+        }
+        Ok(Err(_)) | Ok(Ok(Incoming::Closed)) => Next::End("closed", Close::Normal),
+        Ok(Ok(Incoming::TooLong)) => {
+            let msg = format!(
+                "a message is longer than {} bytes; closing",
+                config.max_line_bytes
+            );
+            let _ = send(transport, refusal(LINE_TOO_LONG, &msg, false), shared).await;
+            Next::End(LINE_TOO_LONG, Close::TooBig)
+        }
+        Ok(Ok(Incoming::Unsupported(why))) => Next::Answer(refusal(BAD_REQUEST, why, false).into()),
+        Ok(Ok(Incoming::Message(message))) if message.iter().all(u8::is_ascii_whitespace) => {
+            Next::Skip
+        }
+        // A message in progress finishes while the server drains; only a cut stops it.
+        Ok(Ok(Incoming::Message(message))) => {
+            let since = shared.registry.mark();
+            let reply = tokio::select! {
+                biased;
+                () = shared.cut.cancelled() => return Next::End("cut", Close::Normal),
+                reply = handle(shared, connection, holdings, T::NAME, &message) => reply,
+            };
+            // A revocation that came while the message was resolved did not find it.
+            if let Some((why, how)) =
+                caught_up(transport, shared, connection, holdings, since).await
+            {
+                return Next::End(why, how);
+            }
+            Next::Answer(reply)
+        }
+    }
+}
+
+/// Records what the session holds after a message, and acts on a revocation that came while
+/// the message was handled: `Some` with how the session ends, or `None` to go on.
+async fn caught_up<T: Transport>(
+    transport: &mut T,
+    shared: &Shared,
+    connection: u64,
+    holdings: &Holdings,
+    since: Mark,
+) -> Option<(&'static str, Close)> {
+    match shared.registry.update(connection, holdings, since) {
+        Meanwhile::Nothing => None,
+        Meanwhile::Unknown => recheck(transport, shared, holdings).await,
+        Meanwhile::Named => {
+            let _ = send(transport, revoked(), shared).await;
+            Some(("revoked", Close::Normal))
         }
     }
 }

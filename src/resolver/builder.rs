@@ -303,8 +303,9 @@ impl ResolverBuilder {
     /// a query or a fragment, or is `http://` to a non-loopback host without
     /// `allow_insecure_http(true)`; when `auth_required` is on without a `default_auth_url`;
     /// when `max_concurrent_requests`, `request_timeout`, `connect_timeout` or
-    /// `max_response_bytes` is zero; when a certificate given to `add_root_certificate` is not
-    /// PEM; or when the TLS backend cannot start.
+    /// `max_response_bytes` is zero; when a duration (a time to live, a timeout, the clock
+    /// skew, the breaker's cool-down) is over a year; when a certificate given to
+    /// `add_root_certificate` is not PEM; or when the TLS backend cannot start.
     ///
     /// # Example
     ///
@@ -378,8 +379,26 @@ impl ResolverBuilder {
         Ok((allow, default.map(|(_, endpoint)| endpoint)))
     }
 
-    /// Refuses limits that cannot work: zero, or more slots than a semaphore holds.
+    /// Refuses limits that cannot work: zero, more slots than a semaphore holds, or a duration
+    /// past [`MAX_DURATION`].
     fn check_limits(&self) -> Result<(), ConfigError> {
+        for (setting, duration) in [
+            ("cache_ttl", self.cache_ttl),
+            ("negative_cache_ttl", self.negative_cache_ttl),
+            ("serve_stale_for", self.serve_stale_for),
+            ("queue_timeout", self.queue_timeout),
+            ("request_timeout", self.request_timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("clock_skew", self.clock_skew),
+            ("circuit_breaker", self.breaker.cool_down),
+        ] {
+            if duration > MAX_DURATION {
+                return Err(ConfigError::new(
+                    setting,
+                    "must be at most a year (365 days)",
+                ));
+            }
+        }
         for (setting, zero) in [
             ("max_concurrent_requests", self.max_concurrent_requests == 0),
             ("request_timeout", self.request_timeout.is_zero()),
@@ -437,6 +456,10 @@ impl ResolverBuilder {
         })
     }
 }
+
+/// The longest duration a setting takes: a year. Longer ones mean "forever" to a game server,
+/// and would overflow the clocks and the cache's time to live (moka's limit is 1,000 years).
+const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 #[cfg(test)]
 mod tests {
@@ -518,5 +541,25 @@ mod tests {
             build(base().max_response_bytes(0)).unwrap_err().setting(),
             "max_response_bytes"
         );
+    }
+
+    #[test]
+    fn build_refuses_durations_past_a_year_instead_of_panicking_later() {
+        let base = || Resolver::builder().default_auth_url("https://a.example");
+        let forever = Duration::MAX;
+        let refused = |b: ResolverBuilder| build(b).unwrap_err().setting().to_owned();
+        assert_eq!(refused(base().cache_ttl(forever)), "cache_ttl");
+        assert_eq!(
+            refused(base().negative_cache_ttl(forever)),
+            "negative_cache_ttl"
+        );
+        assert_eq!(refused(base().serve_stale_for(forever)), "serve_stale_for");
+        assert_eq!(refused(base().request_timeout(forever)), "request_timeout");
+        assert_eq!(refused(base().clock_skew(forever)), "clock_skew");
+        assert_eq!(
+            refused(base().circuit_breaker(5, forever)),
+            "circuit_breaker"
+        );
+        assert!(build(base().cache_ttl(super::MAX_DURATION)).is_ok());
     }
 }

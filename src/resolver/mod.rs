@@ -449,10 +449,12 @@ impl Resolver {
         let generation = inner.cache.generation();
         if let Some(cached) = inner
             .cache
-            .read_through(endpoint, key.token, generation)
+            .read_through(endpoint, key.token, generation, |cached| {
+                inner.with_token_expiry(cached, key.token)
+            })
             .await
         {
-            return Ok(inner.with_token_expiry(cached, key.token));
+            return Ok(cached);
         }
         let on_request = |usable: bool| {
             inner.counters.bump(Counter::UpstreamCalls);

@@ -30,7 +30,8 @@ pub struct Stats {
     /// cache's time to live (an answer with a shorter `max-age`) is no longer served but may be
     /// counted until then.
     pub entries: u64,
-    /// Resolutions answered with an expired user because the API was unavailable.
+    /// Resolutions answered with a stale user (past its freshness, not its expiry) because the
+    /// API was unavailable.
     pub stale_served: u64,
     /// Resolutions that failed fast because their API's circuit breaker was open.
     pub short_circuited: u64,

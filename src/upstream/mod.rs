@@ -238,7 +238,10 @@ impl Upstream {
             let wait = retry_after.map_or(backoff, |r| r.max(backoff));
             // A wait that would outlast the deadline ends the tries now, with the error that
             // caused them, rather than as a timeout later.
-            if tokio::time::Instant::now() + wait >= deadline {
+            // Compared as what is left, not as `now + wait`: the API chooses `Retry-After`, and
+            // a huge one would overflow an `Instant`.
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if wait >= left {
                 return Err(error);
             }
             tracing::debug!(

@@ -50,7 +50,8 @@ impl SharedEntry {
             (b'u', json) => parse_user(json).ok().map(SharedEntry::User),
             (b'r', status) => {
                 let status = std::str::from_utf8(status).ok()?.parse().ok()?;
-                matches!(status, 401 | 403).then_some(SharedEntry::Rejected(status))
+                // 401 and 403 as the API answered; 200 for an answer whose `exp` had passed.
+                matches!(status, 200 | 401 | 403).then_some(SharedEntry::Rejected(status))
             }
             _ => None,
         }
@@ -84,7 +85,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn entries_round_trip_and_garbage_is_refused() {
+    fn entries_round_trip_expired_rejections_included_and_garbage_is_refused() {
         let user = User {
             id: 5,
             name: "n".into(),
@@ -92,10 +93,11 @@ mod tests {
             stale: false,
             expires_at: None,
         };
-        for entry in [SharedEntry::User(user), SharedEntry::Rejected(401)] {
+        let rejections = [401, 403, 200].map(SharedEntry::Rejected);
+        for entry in [SharedEntry::User(user)].into_iter().chain(rejections) {
             assert_eq!(SharedEntry::decode(entry.encode().as_bytes()), Some(entry));
         }
-        for garbage in [&b""[..], b"x", b"u{", b"r200", b"r", b"u[1]"] {
+        for garbage in [&b""[..], b"x", b"u{", b"r500", b"r", b"u[1]"] {
             assert_eq!(SharedEntry::decode(garbage), None);
         }
     }

@@ -27,7 +27,6 @@ pub(super) enum Invalidation {
 }
 
 impl Invalidation {
-    /// Applies another node's invalidation to this node's local tier.
     /// Applies another node's invalidation to this node's local tier, and tells the local
     /// subscribers.
     pub(super) fn apply(self, local: &Local, mac: &Hmac<Sha256>) {
