@@ -135,6 +135,11 @@ async fn serve_api_notify_needs_a_good_admin_token() {
         (None, "http://127.0.0.1:9", "TOKEN_RESOLVER_ADMIN_TOKEN"),
         (Some(short), "http://127.0.0.1:9", "at least 16"),
         (Some(good), "ftp://127.0.0.1:9", "ftp://127.0.0.1:9"),
+        (
+            Some(good),
+            "http://admin:hunter2-in-the-url@127.0.0.1:9",
+            "http://redacted@127.0.0.1:9",
+        ),
     ] {
         let mut cmd = bin();
         cmd.args(["serve-api", "--listen", "127.0.0.1:0", "--notify", target]);
@@ -145,9 +150,30 @@ async fn serve_api_notify_needs_a_good_admin_token() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{token:?} {target}: {stderr}");
         assert!(stderr.contains(says), "{token:?} {target}: {stderr}");
-        for secret in [short, good] {
+        for secret in [short, good, "hunter2-in-the-url"] {
             assert!(!stderr.contains(secret), "{stderr}");
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn game_server_refuses_an_admin_token_that_no_client_could_send() {
+    // Pins down TOKEN_RESOLVER_ADMIN_TOKEN on the game server: one with a trailing newline (as
+    // `$(cat secret-file)` in some shells gives) or under 16 bytes is a usage error at start,
+    // not a server whose every revocation then answers 401; the secret is never printed.
+    let newline = "a-good-admin-token-0123456789\n";
+    for (token, says) in [
+        (newline, "visible ASCII"),
+        ("fifteen-bytes!!", "at least 16"),
+    ] {
+        let mut cmd = bin();
+        cmd.args(["game-server", "--listen", "127.0.0.1:0"])
+            .env("TOKEN_RESOLVER_ADMIN_TOKEN", token);
+        let out = output(cmd).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(!stderr.contains(token.trim_end()), "{stderr}");
     }
 }
 

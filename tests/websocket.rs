@@ -340,6 +340,39 @@ async fn a_flood_of_connections_gets_the_cap_and_refusals_and_the_server_serves_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_server_explains_itself_over_a_bounded_number_of_websockets_and_503s_the_rest() {
+    // Pins down the bound on refusals: each `server_busy` over a WebSocket holds a socket until
+    // its close handshake (up to half a second with a client that does not answer), so a flood
+    // of upgrades at a full server gets a bounded number of them, and plain HTTP 503s beyond.
+    let config = GameServerConfig {
+        max_connections: 1,
+        ..GameServerConfig::default()
+    };
+    let (_game, addr) = anonymous(config).await;
+    let mut held = open(addr, "", None).await.unwrap();
+    assert_eq!(
+        ask(&mut held, json!({"type": "search_room"})).await["type"],
+        "rooms"
+    );
+    // One after another, each kept open and never answering the close: every upgrade frees
+    // its HTTP connection's place, so only the refusals' own bound can stop them.
+    let mut flood = Vec::new();
+    for _ in 0..200 {
+        flood.push(open(addr, "", None).await);
+    }
+    let upgraded = flood.iter().filter(|r| r.is_ok()).count();
+    let refused_by_http = flood
+        .iter()
+        .filter(|r| matches!(r, Err(WsError::Http(response)) if response.status() == 503))
+        .count();
+    assert_eq!(upgraded + refused_by_http, 200, "every one answered");
+    assert!(
+        refused_by_http > 0,
+        "{upgraded} upgraded, none refused by HTTP"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_message_at_a_time_per_websocket_session() {
     // Pins down "one resolution at a time per connection" over WebSocket: two connects sent
     // back to back are resolved one after the other, never both at once.

@@ -24,8 +24,9 @@ use tokio::net::TcpListener;
 
 use super::handler::Shared;
 use super::http::{self, HttpLimits};
-use super::revoke::{self, AdminSecret};
+use super::revoke;
 use super::telemetry::Metrics;
+use crate::reference_api::AdminSecret;
 use crate::server_task::ServerTask;
 
 /// Longest request body the admin listener reads.

@@ -94,9 +94,11 @@ pub use self::protocol::{
     Player, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, REFRESH_MISMATCH, ROOM_NOT_FOUND,
     SERVER_BUSY, SESSION_EXPIRED,
 };
-pub use self::revoke::{AdminSecret, ShortSecret, MIN_SECRET_BYTES};
 pub use self::websocket::WebSocketConfig;
 use crate::player::{RoomInfo, AUTH_URL_PROPERTY};
+/// The admin secret of `POST /admin/revoke`: the reference API's type, since both sides share
+/// one secret (`TOKEN_RESOLVER_ADMIN_TOKEN`).
+pub use crate::reference_api::AdminSecret;
 use crate::server_task::ServerTask;
 
 /// How long [`RunningGameServer::shutdown`] lets sessions finish before they are cut.

@@ -128,21 +128,36 @@ pub(super) fn encode(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }
 
-/// A parse error with every `"…"` value blanked, cut to a readable length: the client's
-/// values (its token among them) are not echoed.
+/// A parse error with the client's values blanked, cut to a readable length: nothing the client
+/// sent (its token among them) is echoed. serde_json quotes a client's strings in `"…"` and its
+/// other values and unknown names in backticks; backticks also quote the schema's own names
+/// (`missing field`, `duplicate field`, and everything after `expected`), which are kept.
 pub(super) fn blank_quoted(message: &str) -> String {
     let mut out = String::new();
-    let mut inside = false;
+    let mut quote = None;
     for c in message.chars() {
-        if c == '"' {
-            if inside {
-                out.push_str("…\"");
-            } else {
+        match (quote, c) {
+            (None, '"') => {
                 out.push('"');
+                quote = Some(('"', false));
             }
-            inside = !inside;
-        } else if !inside {
-            out.push(c);
+            (None, '`') => {
+                let ours = out.ends_with("missing field ")
+                    || out.ends_with("duplicate field ")
+                    || out.contains("expected");
+                out.push('`');
+                quote = Some(('`', ours));
+            }
+            (None, c) => out.push(c),
+            (Some((end, keep)), c) if c == end => {
+                if !keep {
+                    out.push('…');
+                }
+                out.push(c);
+                quote = None;
+            }
+            (Some((_, true)), c) => out.push(c),
+            (Some((_, false)), _) => {}
         }
     }
     out.chars().take(MAX_ECHOED_ERROR_CHARS).collect()
@@ -252,10 +267,33 @@ mod tests {
     }
 
     #[test]
-    fn blank_quoted_hides_values() {
-        let shown =
-            blank_quoted(r#"invalid type: string "SECRET", expected u16 at line 1 column 9"#);
-        assert!(!shown.contains("SECRET"), "{shown}");
-        assert!(shown.contains("expected u16"), "{shown}");
+    fn blank_quoted_hides_the_clients_values_and_keeps_the_schemas_names() {
+        for (error, kept) in [
+            (
+                r#"invalid type: string "SECRET", expected u16 at line 1 column 9"#,
+                "expected u16",
+            ),
+            (
+                "unknown variant `SECRET`, expected one of `connect`, `join` at line 1 column 17",
+                "expected one of `connect`, `join`",
+            ),
+            (
+                "invalid type: integer `4242424242`, expected a string at line 1 column 30",
+                "expected a string",
+            ),
+            (
+                "unknown field `SECRET` at line 1 column 12",
+                "unknown field `…`",
+            ),
+        ] {
+            let shown = blank_quoted(error);
+            assert!(
+                !shown.contains("SECRET") && !shown.contains("4242"),
+                "{shown}"
+            );
+            assert!(shown.contains(kept), "{shown}");
+        }
+        let shown = blank_quoted("missing field `access_token` at line 1 column 20");
+        assert!(shown.contains("missing field `access_token`"), "{shown}");
     }
 }

@@ -2,7 +2,8 @@
 //! everything on a running game server, and closes the sessions that hold them.
 //!
 //! It is authorised by `Authorization: Bearer <secret>`, compared in constant time with the
-//! [`AdminSecret`] the server was given (none given: the endpoint answers 404). The body is
+//! [`AdminSecret`] the server was given (the same type, and the same secret, as the reference
+//! API's) (none given: the endpoint answers 404). The body is
 //! one of `{"user_id": 42}`, `{"access_token": "…"}`, `{"all": true}`, with an optional
 //! `"auth_url"` (default: the server's default authUrl). The matching sessions on this node are
 //! told `revoked` and closed at once, and the answer says how many: `{"sessions_closed": N}`;
@@ -10,68 +11,36 @@
 //! other node drop the answers, and the other nodes close their sessions too. No token is ever
 //! echoed or logged.
 
-use std::fmt;
-
 use axum::body::Bytes;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::handler::Shared;
+use crate::reference_api::AdminSecret;
 use crate::{check_syntax, Endpoint, Revocation};
 
-/// The shortest secret accepted.
-pub const MIN_SECRET_BYTES: usize = 16;
-
-/// The secret `POST /admin/revoke` requires as a bearer token: at least
-/// [`MIN_SECRET_BYTES`]. Its `Debug` prints `[redacted]`.
-#[derive(Clone)]
-pub struct AdminSecret(Box<[u8]>);
-
-/// A secret too short to guard anything.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the admin secret must be at least {MIN_SECRET_BYTES} bytes; it has {0}")]
-pub struct ShortSecret(pub usize);
-
-impl AdminSecret {
-    /// Keeps `secret`.
-    ///
-    /// # Errors
-    ///
-    /// [`ShortSecret`] when it has fewer than [`MIN_SECRET_BYTES`] bytes.
-    pub fn new(secret: impl Into<String>) -> Result<AdminSecret, ShortSecret> {
-        let secret = secret.into();
-        if secret.len() < MIN_SECRET_BYTES {
-            return Err(ShortSecret(secret.len()));
-        }
-        Ok(AdminSecret(secret.into_bytes().into_boxed_slice()))
-    }
-
-    /// Whether a request's `Authorization: Bearer …` carries this secret (scheme
-    /// case-insensitive), compared in constant time.
-    fn authorises(&self, headers: &HeaderMap) -> bool {
-        let mut values = headers.get_all(header::AUTHORIZATION).iter();
-        let (Some(value), None) = (values.next(), values.next()) else {
-            return false;
-        };
-        let value = value.as_bytes();
-        let Some(presented) = value
-            .get(..7)
-            .filter(|scheme| scheme.eq_ignore_ascii_case(b"bearer "))
-            .map(|_| &value[7..])
-        else {
-            return false;
-        };
-        bool::from(presented.ct_eq(&self.0))
-    }
-}
-
-impl fmt::Debug for AdminSecret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("AdminSecret([redacted])")
-    }
+/// Whether a request's `Authorization: Bearer …` carries `secret` (scheme case-insensitive):
+/// SHA-256 digests of both, compared in constant time, so that neither the secret's bytes nor
+/// its length show in the timing.
+fn authorises(secret: &AdminSecret, headers: &HeaderMap) -> bool {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return false;
+    };
+    let value = value.as_bytes();
+    let Some(presented) = value
+        .get(..7)
+        .filter(|scheme| scheme.eq_ignore_ascii_case(b"bearer "))
+        .map(|_| &value[7..])
+    else {
+        return false;
+    };
+    let digest = |bytes: &[u8]| Sha256::digest(bytes);
+    bool::from(digest(presented).ct_eq(&digest(secret.expose().as_bytes())))
 }
 
 /// What a revoke request asks: the revocation to apply here, and how to invalidate it.
@@ -94,7 +63,7 @@ pub(super) async fn revoke(
             json!({"error": "not_found", "message": "revocation is off: the server has no admin secret"}),
         );
     };
-    if !secret.authorises(headers) {
+    if !authorises(secret, headers) {
         let mut response = answer(
             StatusCode::UNAUTHORIZED,
             json!({"error": "unauthorized", "message": "send Authorization: Bearer <the admin secret>"}),

@@ -16,7 +16,8 @@ pub const SESSIONS_OPEN: &str = "game_server_sessions_open";
 pub const SESSIONS_TOTAL: &str = "game_server_sessions_total";
 /// Counter, label `reason` (`server_busy`): connections refused before a session began.
 pub const CONNECTIONS_REFUSED_TOTAL: &str = "game_server_connections_refused_total";
-/// Counter, label `type` (`connect`, `search_room`, `join`, `invalid`): messages received.
+/// Counter, label `type` (`connect`, `search_room`, `join`, `refresh`, `invalid`): messages
+/// received.
 pub const MESSAGES_TOTAL: &str = "game_server_messages_total";
 /// Counter, label `code`: error messages sent (a refused request, or why a connection closed).
 pub const ERRORS_TOTAL: &str = "game_server_errors_total";

@@ -21,6 +21,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use super::handler::Shared;
@@ -63,7 +64,13 @@ struct WsState {
     shared: Arc<Shared>,
     /// `allowed_origins`, lower-cased, without a trailing slash.
     origins: Arc<[String]>,
+    /// Places for a full server's `server_busy` over the WebSocket: each holds an upgraded
+    /// socket until its close handshake ends. Past them, the refusal is a plain HTTP 503.
+    refusals: Arc<Semaphore>,
 }
+
+/// How many `server_busy` refusals a full server explains over WebSockets at once.
+const BUSY_REFUSALS: usize = 64;
 
 /// Binds `addr` and serves `GET /ws` for the server whose sessions share `shared`.
 pub(super) async fn spawn(
@@ -75,7 +82,7 @@ pub(super) async fn spawn(
     let local_addr = listener.local_addr()?;
     let limits = HttpLimits {
         // Room for every session and for the refusals a full server still explains.
-        max_connections: shared.config.max_connections.saturating_add(64),
+        max_connections: shared.config.max_connections.saturating_add(BUSY_REFUSALS),
         header_timeout: config.header_timeout,
         request_timeout: config.header_timeout,
     };
@@ -86,7 +93,11 @@ pub(super) async fn spawn(
         .collect();
     let router = Router::new()
         .route("/ws", get(upgrade))
-        .with_state(WsState { shared, origins });
+        .with_state(WsState {
+            shared,
+            origins,
+            refusals: Arc::new(Semaphore::new(BUSY_REFUSALS)),
+        });
     let task = ServerTask::spawn(|stopped| http::serve(listener, router, limits, stopped));
     tracing::info!(%local_addr, "WebSocket listener listening");
     Ok((local_addr, task))
@@ -141,11 +152,21 @@ async fn upgrade(
         .write_buffer_size(4 * 1024);
     let Ok(slot) = shared.slots.clone().try_acquire_owned() else {
         metrics::counter!(CONNECTIONS_REFUSED_TOTAL, "reason" => SERVER_BUSY).increment(1);
+        // An upgraded socket outlives the HTTP connection's place: bound them apart, so that a
+        // flood of upgrades at a full server costs no more than BUSY_REFUSALS sockets.
+        let Ok(place) = state.refusals.clone().try_acquire_owned() else {
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                SERVER_BUSY,
+                "too many connections; retry shortly",
+            );
+        };
         return ws.on_upgrade(|socket| async move {
             let mut transport = WsTransport { socket };
             let busy = refusal(SERVER_BUSY, "too many connections; retry shortly", true);
             let _ = transport.send(busy).await;
             transport.close(Close::Busy).await;
+            drop(place);
         });
     };
     let connection = shared.next_connection();

@@ -276,11 +276,22 @@ impl ApiConfig {
     }
 }
 
+/// `target` as an error may show it: user info (a password, perhaps) before an `@` becomes
+/// `redacted`.
+fn shown(target: &str) -> String {
+    match (target.find("://"), target.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://redacted@{}", &target[..scheme], &target[at + 1..])
+        }
+        _ => target.to_owned(),
+    }
+}
+
 /// `{target}/admin/revoke`, for a notify target that is an `http` or `https` URL with a host
 /// and no query, fragment or user info.
 pub(super) fn notify_url(target: &str) -> Result<url::Url, ApiConfigError> {
     let bad = |reason: &'static str| ApiConfigError::NotifyUrl {
-        url: target.to_owned(),
+        url: shown(target),
         reason,
     };
     let base = url::Url::parse(target).map_err(|_| bad("not a URL"))?;
