@@ -398,3 +398,29 @@ fn notify_needs_a_secret_and_admin_base_urls() {
         "{printed}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_game_server_that_is_down_does_not_take_the_notices_of_the_others() {
+    // Pins down the bound on notifications in flight, per target: batches to a game server that
+    // never answers each wait out every try, and must not use up the places of a game server
+    // that is up, which is told of every logout.
+    let down = RevokeRecorder::scripted(|_| (200, Duration::from_secs(120))).await;
+    let up = RevokeRecorder::start().await;
+    let running = api_notifying(&[&down, &up]).await;
+    let api = ApiCalls::new(&running.base_url());
+    let logouts = 300;
+    for i in 0..logouts {
+        let login = api
+            .post_json("/api/login", &json!({ "device_id": format!("device-{i}") }))
+            .await;
+        assert_eq!(login.status(), 200);
+        let cookie = support::cookie_of(&login);
+        api.token(&cookie).await;
+        assert_eq!(api.logout(&cookie).await.status(), 204);
+    }
+    eventually(
+        "the game server that is up was told of every logout",
+        || up.calls().len() == logouts,
+    )
+    .await;
+}

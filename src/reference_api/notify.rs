@@ -7,7 +7,9 @@
 //! doubling backoff (about 7.5 s of waiting in all), each try with a short deadline; a game
 //! server that refuses the call for good (400, 401, 403, 404) is not retried. A batch (one
 //! logout's tokens, or one ban) is one task per target, and at most
-//! [`MAX_BATCHES_IN_FLIGHT`] are in flight: past that a batch is dropped and logged.
+//! [`MAX_BATCHES_IN_FLIGHT`] are in flight per target: past that a batch is dropped for that
+//! target and logged. The bound is per target so that one game server that is down (whose
+//! batches each wait out every try) cannot take the places of the others.
 //! Neither the tokens nor the secret are ever logged.
 //!
 //! It does not own deciding what to revoke: `handlers` and `admin` do.
@@ -30,7 +32,7 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const TRY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Deadline to connect, within [`TRY_TIMEOUT`].
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Batches (one per target) being delivered at once, at most.
+/// Batches being delivered to one target at once, at most.
 pub(super) const MAX_BATCHES_IN_FLIGHT: usize = 256;
 
 /// One revocation, the body of one `/admin/revoke` call. `Debug` never shows the token.
@@ -65,17 +67,15 @@ impl fmt::Debug for Revocation {
 pub(super) struct Notifier {
     /// No proxy, no redirects, a deadline per try.
     client: reqwest::Client,
-    /// Each target's `/admin/revoke` URL.
-    targets: Vec<Url>,
+    /// Each target's `/admin/revoke` URL, and one permit per batch in flight to it.
+    targets: Vec<(Url, Arc<Semaphore>)>,
     /// The bearer of every call.
     secret: AdminSecret,
-    /// One permit per batch in flight.
-    in_flight: Arc<Semaphore>,
 }
 
 impl fmt::Debug for Notifier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let targets: Vec<&str> = self.targets.iter().map(Url::as_str).collect();
+        let targets: Vec<&str> = self.targets.iter().map(|(url, _)| url.as_str()).collect();
         f.debug_struct("Notifier")
             .field("targets", &targets)
             .field("secret", &self.secret)
@@ -103,7 +103,10 @@ impl Notifier {
     pub(super) fn new(targets: &[String], secret: AdminSecret) -> Result<Self, ApiConfigError> {
         let targets = targets
             .iter()
-            .map(|target| notify_url(target))
+            .map(|target| {
+                let in_flight = Arc::new(Semaphore::new(MAX_BATCHES_IN_FLIGHT));
+                notify_url(target).map(|url| (url, in_flight))
+            })
             .collect::<Result<_, _>>()?;
         let client = reqwest::Client::builder()
             .no_proxy()
@@ -116,7 +119,6 @@ impl Notifier {
             client,
             targets,
             secret,
-            in_flight: Arc::new(Semaphore::new(MAX_BATCHES_IN_FLIGHT)),
         })
     }
 
@@ -126,8 +128,8 @@ impl Notifier {
             return;
         }
         let batch: Arc<[Revocation]> = revocations.into();
-        for target in &self.targets {
-            let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+        for (target, in_flight) in &self.targets {
+            let Ok(permit) = in_flight.clone().try_acquire_owned() else {
                 tracing::warn!(
                     target = %target,
                     revocations = batch.len(),

@@ -15,10 +15,11 @@ use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::Request;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -29,6 +30,12 @@ use crate::server_task::Stopped;
 
 /// How long a client may take over its TLS handshake before it is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an HTTP/1.1 client may take to send a request's head (a slow-loris bound).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections open at once, at most; one more is closed at once. Far above what a load run
+/// opens (its slots, or 512 for the storm's floor), far below the file descriptors a flood
+/// would otherwise take.
+const MAX_CONNECTIONS: usize = 10_000;
 
 /// What the server saw, counted as it happens: read it from
 /// [`RunningApi`](super::RunningApi)'s accessors.
@@ -67,8 +74,9 @@ pub(super) fn tls_acceptor(cert_pem: &[u8], key_pem: &[u8]) -> std::io::Result<T
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Accepts connections on `listener` and serves `router` on each until `stop` fires; then
-/// stops accepting, asks open connections to finish and waits for them at most `grace`.
+/// Accepts connections on `listener` (at most [`MAX_CONNECTIONS`] at once, each given
+/// [`HEADER_TIMEOUT`] for a request's head) and serves `router` on each until `stop` fires;
+/// then stops accepting, asks open connections to finish and waits for them at most `grace`.
 pub(super) async fn serve(
     listener: TcpListener,
     router: Router,
@@ -78,6 +86,12 @@ pub(super) async fn serve(
     grace: Duration,
 ) {
     let graceful = GracefulShutdown::new();
+    let places = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
     loop {
         let (stream, peer) = tokio::select! {
             () = stop.wait() => break,
@@ -92,6 +106,10 @@ pub(super) async fn serve(
             },
         };
         counts.accepted.fetch_add(1, Ordering::Relaxed);
+        let Ok(place) = places.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, "reference API: too many connections; closed");
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         // Every request carries the peer's address as `ConnectInfo` (as `axum::serve` with
         // `into_make_service_with_connect_info` gives it): the login throttle counts failures
@@ -102,9 +120,9 @@ pub(super) async fn serve(
             router.clone().call(request)
         });
         let watcher = graceful.watcher();
-        let (tls, counts) = (tls.clone(), counts.clone());
+        let (tls, counts, builder) = (tls.clone(), counts.clone(), builder.clone());
         tokio::spawn(async move {
-            let builder = auto::Builder::new(TokioExecutor::new());
+            let _place = place;
             let result = match tls {
                 None => {
                     let conn = builder.serve_connection(TokioIo::new(stream), service);
