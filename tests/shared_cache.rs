@@ -145,6 +145,30 @@ async fn invalidate_on_one_node_reaches_the_other() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalidation_from_a_thread_outside_the_runtime_still_reaches_the_other_node() {
+    // Pins down invalidation from plain threads (an admin thread, a callback of another
+    // library): with no tokio runtime of its own, it runs on the resolver's, and node B
+    // still hears of it.
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let api = reference_api().await;
+    let token = login_and_take_token(&api.base_url(), "carol", "carolina").await;
+    let (a, b) = (node(&api.base_url(), &redis), node(&api.base_url(), &redis));
+    a.resolve(&api.base_url(), &token).await.unwrap();
+    eventually("A's answer reaches Redis", || redis.key_count() > 0).await;
+    b.resolve(&api.base_url(), &token).await.unwrap();
+    eventually("B listens", || b.shared_cache_subscribed()).await;
+    assert_eq!(b.stats().entries, 1);
+
+    let (url, a_too) = (api.base_url(), a.clone());
+    std::thread::spawn(move || a_too.invalidate_user(&url, 3))
+        .join()
+        .unwrap();
+    eventually("B evicts Carol's token", || b.stats().entries == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalidate_user_and_invalidate_all_reach_the_other_node() {
     // Pins down invalidate_user (through the Redis user index) and invalidate_all.
     let Some(redis) = RedisServer::start() else {

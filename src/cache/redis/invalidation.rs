@@ -81,33 +81,33 @@ impl SharedCache {
     }
 
     /// Deletes every entry under the prefix (on a cluster, on every master) and tells every
-    /// node, in the background.
+    /// node, in the background, insisting. The nodes are told even when the scan fails (they
+    /// empty their caches whatever Redis still holds), and the whole is tried again until the
+    /// scan succeeds too.
     pub(crate) fn delete_all(&self) {
         let pattern = format!("{}*", self.prefix);
         let channel = self.channel.clone();
         let payload = serde_json::to_string(&Invalidation::All).unwrap_or_default();
-        let backend = self.backend.clone();
+        let scanning = self.backend.clone();
         // A scan may take many round trips: it runs under its own, longer, deadline.
-        let (health, timeout) = (self.health.clone(), self.op_timeout * 100);
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            let scanning = backend.clone();
-            let _ = super::attempt(&backend, &health, timeout, "invalidate_all", |mut conn| {
+        self.spawn(
+            "invalidate_all",
+            true,
+            self.op_timeout * 100,
+            move |mut conn| {
                 let (scanning, pattern) = (scanning.clone(), pattern.clone());
                 let (channel, payload) = (channel.clone(), payload.clone());
                 async move {
-                    scanning.delete_matching(&pattern).await?;
+                    let scanned = scanning.delete_matching(&pattern).await;
                     redis::cmd("PUBLISH")
                         .arg(&channel)
                         .arg(payload)
                         .query_async::<()>(&mut conn)
-                        .await
+                        .await?;
+                    scanned
                 }
-            })
-            .await;
-        });
+            },
+        );
     }
 
     /// Deletes `keys`, and the members of the set `members_of` first if given, then publishes
@@ -121,7 +121,7 @@ impl SharedCache {
     ) {
         let channel = self.channel.clone();
         let payload = serde_json::to_string(&message).unwrap_or_default();
-        self.spawn(op, true, move |mut conn| {
+        self.spawn(op, true, self.op_timeout, move |mut conn| {
             let (mut keys, members_of) = (keys.clone(), members_of.clone());
             let (channel, payload) = (channel.clone(), payload.clone());
             async move {

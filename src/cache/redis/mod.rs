@@ -67,6 +67,9 @@ pub(crate) struct SharedCache {
     health: Arc<Health>,
     /// The channel subscriber, started on first use.
     subscriber: OnceLock<tokio::task::JoinHandle<()>>,
+    /// The runtime the subscriber runs on: background work started from a thread outside any
+    /// runtime (an admin thread calling `invalidate`) runs there.
+    runtime: OnceLock<tokio::runtime::Handle>,
     subscribed: Arc<AtomicBool>,
     hits: AtomicU64,
 }
@@ -123,6 +126,7 @@ impl SharedCache {
                 errors: AtomicU64::new(0),
             }),
             subscriber: OnceLock::new(),
+            runtime: OnceLock::new(),
             subscribed: Arc::new(AtomicBool::new(false)),
             hits: AtomicU64::new(0),
         })
@@ -232,7 +236,7 @@ impl SharedCache {
             SharedEntry::Rejected(_) => None,
         };
         let index_ttl = self.index_ttl.as_millis().max(1) as u64;
-        self.spawn("put", false, move |conn| {
+        self.spawn("put", false, self.op_timeout, move |conn| {
             let (set, index, key) = (set.clone(), index.clone(), key.clone());
             let mut conns = [conn.clone(), conn.clone(), conn];
             async move {
@@ -256,19 +260,24 @@ impl SharedCache {
         });
     }
 
-    /// Runs a write in the background. A cache write (`insist` false) is skipped while Redis
-    /// rests and tried once; an invalidation (`insist` true) is tried until it succeeds or
-    /// [`INSIST_FOR`] passes, since a lost one leaves other nodes serving what was revoked.
-    /// Without a runtime it is skipped.
+    /// Runs a write in the background, each try within `timeout`. A cache write (`insist`
+    /// false) is skipped while Redis rests and tried once; an invalidation (`insist` true) is
+    /// tried until it succeeds or [`INSIST_FOR`] passes, since a lost one leaves other nodes
+    /// serving what was revoked. Called outside a runtime, it runs on the subscriber's; with
+    /// neither (nothing was resolved yet, so nothing is cached here) it is skipped.
     fn spawn<Fut>(
         &self,
         op: &'static str,
         insist: bool,
+        timeout: Duration,
         work: impl Fn(Conn) -> Fut + Send + Sync + 'static,
     ) where
         Fut: std::future::Future<Output = redis::RedisResult<()>> + Send,
     {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        let runtime = tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.runtime.get().cloned());
+        let Some(runtime) = runtime else {
             tracing::warn!(
                 op,
                 "no tokio runtime here: the shared cache write is skipped"
@@ -276,7 +285,6 @@ impl SharedCache {
             return;
         };
         let (backend, health) = (self.backend.clone(), self.health.clone());
-        let timeout = self.op_timeout;
         runtime.spawn(async move {
             let deadline = Instant::now() + INSIST_FOR;
             let mut pause = Duration::from_millis(50);

@@ -42,6 +42,7 @@ impl SharedCache {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let _ = self.runtime.set(runtime.clone());
         let mac = self.mac.clone();
         let resubscribed = local.clone();
         let apply = move |invalidation: Invalidation| {
