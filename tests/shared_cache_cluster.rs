@@ -8,6 +8,8 @@ mod redis_cluster;
 mod redis_server;
 mod support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis_cluster::RedisCluster;
@@ -114,21 +116,27 @@ async fn a_master_killed_mid_run_fails_no_resolution_and_sharing_resumes() {
     b.resolve(&url, "warm-up").await.unwrap();
     eventually("B listens", 5, || b.shared_cache_subscribed()).await;
 
+    let progress = Arc::new(AtomicUsize::new(0));
     let load = {
-        let (a, url) = (a.clone(), url.clone());
+        let (a, url, progress) = (a.clone(), url.clone(), progress.clone());
         tokio::spawn(async move {
             let mut done = 0;
             for round in 0..60 {
                 for i in 0..5 {
                     a.resolve(&url, &format!("r{round:02}-t{i}")).await.unwrap();
                     done += 1;
+                    progress.store(done, Ordering::SeqCst);
                 }
                 tokio::time::sleep(Duration::from_millis(40)).await;
             }
             done
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The master goes down in the middle of the load, not before it began.
+    eventually("the load is under way", 5, || {
+        progress.load(Ordering::SeqCst) >= 25
+    })
+    .await;
     let victim = cluster.masters()[0];
     let cluster = tokio::task::spawn_blocking(move || {
         cluster.kill_and_wait_for_failover(victim);

@@ -8,6 +8,8 @@ mod redis_sentinel;
 mod redis_server;
 mod support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis_sentinel::{SentinelGroup, MASTER};
@@ -60,21 +62,27 @@ async fn a_failover_fails_no_resolution_and_invalidations_follow_the_new_master(
     assert_eq!(api.requests(), 1, "B answered from Redis");
     eventually("B listens", 5, || b.shared_cache_subscribed()).await;
 
+    let progress = Arc::new(AtomicUsize::new(0));
     let load = {
-        let (a, url) = (a.clone(), url.clone());
+        let (a, url, progress) = (a.clone(), url.clone(), progress.clone());
         tokio::spawn(async move {
             let mut done = 0;
             for round in 0..60 {
                 for i in 0..5 {
                     a.resolve(&url, &format!("r{round}-t{i}")).await.unwrap();
                     done += 1;
+                    progress.store(done, Ordering::SeqCst);
                 }
                 tokio::time::sleep(Duration::from_millis(25)).await;
             }
             done
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The master goes down in the middle of the load, not before it began.
+    eventually("the load is under way", 5, || {
+        progress.load(Ordering::SeqCst) >= 25
+    })
+    .await;
     let group = tokio::task::spawn_blocking(move || {
         group.kill_master_and_wait_for_failover();
         group
