@@ -283,8 +283,8 @@ pub(super) struct Timers {
     revalidate: Option<Duration>,
 }
 
-/// `by` after `now`, or a century on when that is past what an `Instant` holds: durations come
-/// from configuration and from the API's `exp`, and must not panic a session.
+/// `by` after `now`, at most a century on: durations come from configuration and from the
+/// API's `exp`, and one past what an `Instant` holds must not panic a session.
 fn later(now: tokio::time::Instant, by: Duration) -> tokio::time::Instant {
     const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
     now.checked_add(by.min(CENTURY)).unwrap_or(now)
