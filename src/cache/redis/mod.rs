@@ -264,7 +264,7 @@ impl SharedCache {
     /// false) is skipped while Redis rests and tried once; an invalidation (`insist` true) is
     /// tried until it succeeds or [`INSIST_FOR`] passes, since a lost one leaves other nodes
     /// serving what was revoked. Called outside a runtime, it runs on the subscriber's; with
-    /// neither (nothing was resolved yet, so nothing is cached here) it is skipped.
+    /// neither (this node has resolved nothing yet) it is skipped, with a warning.
     fn spawn<Fut>(
         &self,
         op: &'static str,
