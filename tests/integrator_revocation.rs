@@ -10,12 +10,11 @@ mod support;
 use std::time::Duration;
 
 use redis_server::RedisServer;
-use support::{eventually, game_server_with, logged_in, room};
+use support::{eventually, game_server_with, in_the_first_room, logged_in, room};
 use token_resolver::game_server::{
     AdminConfig, AdminSecret, GameClient, GameClientError, GameServerConfig, RunningAdmin,
     RunningGameServer,
 };
-use token_resolver::player::RoomJoinArgs;
 use token_resolver::reference_api::{self, ApiConfig, ReferenceApi, RunningApi};
 use token_resolver::{RedisTier, Resolver};
 
@@ -75,21 +74,6 @@ fn integrator(listener: tokio::net::TcpListener, admin: &RunningAdmin) -> Runnin
         .unwrap()
 }
 
-/// A player of `game` connected and in the arena with `token`.
-async fn in_the_arena(game: &RunningGameServer, token: &str) -> GameClient {
-    let mut client = GameClient::open(game.local_addr()).await.unwrap();
-    client.connect(Some(token)).await.unwrap();
-    let rooms = client.search_rooms().await.unwrap();
-    client
-        .join(
-            &RoomJoinArgs::new(&rooms[0], Default::default()),
-            Some(token),
-        )
-        .await
-        .unwrap();
-    client
-}
-
 /// Whether `player` reads `revoked` within a few seconds.
 async fn is_revoked(player: &mut GameClient) -> bool {
     matches!(
@@ -112,10 +96,10 @@ async fn a_ban_at_the_integrator_kicks_the_player_from_another_node_and_a_logout
 
     let alice = logged_in(&base, "alice", "wonderland").await;
     let alice_token = alice.authorization_access_token.clone().unwrap();
-    let mut alice_on_b = in_the_arena(&b, alice_token.secret()).await;
+    let mut alice_on_b = in_the_first_room(&b, alice_token.secret()).await;
     let mut bob = logged_in(&base, "bob", "builder").await;
     let bob_token = bob.authorization_access_token.clone().unwrap();
-    let mut bob_on_b = in_the_arena(&b, bob_token.secret()).await;
+    let mut bob_on_b = in_the_first_room(&b, bob_token.secret()).await;
 
     let banned = reqwest::Client::new()
         .post(format!("{base}/api/admin/ban"))

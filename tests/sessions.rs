@@ -14,12 +14,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::response::Response;
 use redis_server::RedisServer;
 use serde_json::{json, Value};
-use support::{eventually, game_server_with, resolver_for, respond, room, Scripted, Seen};
+use support::{
+    eventually, game_server_with, in_the_first_room, resolver_for, respond, room, Scripted, Seen,
+};
 use token_resolver::game_server::{
     AdminConfig, AdminSecret, GameClient, GameClientError, GameServerConfig, Push, RunningAdmin,
     RunningGameServer,
 };
-use token_resolver::player::RoomJoinArgs;
 use token_resolver::{RedisTier, Resolver, ResolverBuilder};
 
 const SECRET: &str = "an-admin-secret-of-32-bytes-long";
@@ -80,21 +81,6 @@ async fn server(resolver: Resolver) -> RunningGameServer {
     game_server_with(resolver, config).await
 }
 
-/// A client of `game` connected and in the lobby with `token`.
-async fn in_the_lobby(game: &RunningGameServer, token: &str) -> GameClient {
-    let mut client = GameClient::open(game.local_addr()).await.unwrap();
-    client.connect(Some(token)).await.unwrap();
-    let rooms = client.search_rooms().await.unwrap();
-    client
-        .join(
-            &RoomJoinArgs::new(&rooms[0], Default::default()),
-            Some(token),
-        )
-        .await
-        .unwrap();
-    client
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expiring_token_is_renewed_in_place_and_the_player_stays_in_the_room() {
     // Pins down renewal: at the token's exp the server asks for a refresh; the client's
@@ -102,7 +88,7 @@ async fn an_expiring_token_is_renewed_in_place_and_the_player_stays_in_the_room(
     // session_expired follows once the grace is over.
     let api = api(Arc::default()).await;
     let game = server(strict(&api.url()).build().unwrap()).await;
-    let mut client = in_the_lobby(&game, "short").await;
+    let mut client = in_the_first_room(&game, "short").await;
     client.on_reauth(|| async { Some("long".to_owned()) });
     let refreshed = tokio::time::timeout(Duration::from_secs(5), client.next_push())
         .await
@@ -129,7 +115,7 @@ async fn a_refresh_for_another_user_is_refused_and_the_session_closed() {
     // Pins down refresh_mismatch: a token of another user ends the session.
     let api = api(Arc::default()).await;
     let game = server(strict(&api.url()).build().unwrap()).await;
-    let mut client = in_the_lobby(&game, "short").await;
+    let mut client = in_the_first_room(&game, "short").await;
     let push = client.next_push().await.unwrap();
     assert!(matches!(push, Push::ReauthRequired(within) if within == Duration::from_secs(1)));
     let refused = client.refresh("bob").await.unwrap_err();
@@ -149,7 +135,7 @@ async fn without_a_refresh_in_time_the_session_expires() {
     // Pins down the grace: no refresh within it, session_expired and close.
     let api = api(Arc::default()).await;
     let game = server(strict(&api.url()).build().unwrap()).await;
-    let mut client = in_the_lobby(&game, "short").await;
+    let mut client = in_the_first_room(&game, "short").await;
     assert!(matches!(
         client.next_push().await.unwrap(),
         Push::ReauthRequired(_)
@@ -171,7 +157,7 @@ async fn a_malformed_or_rejected_refresh_is_refused_and_the_session_may_try_agai
     // codes; the session goes on and a good refresh still renews it.
     let api = api(Arc::default()).await;
     let game = server(strict(&api.url()).build().unwrap()).await;
-    let mut client = in_the_lobby(&game, "short").await;
+    let mut client = in_the_first_room(&game, "short").await;
     client.next_push().await.unwrap();
     let malformed = client.refresh("not a token").await.unwrap_err();
     assert_eq!(malformed.code(), Some("token_malformed"));
@@ -196,7 +182,7 @@ async fn revalidation_closes_a_session_whose_token_is_rejected_since() {
         ..GameServerConfig::default()
     };
     let game = game_server_with(resolver, config).await;
-    let mut client = in_the_lobby(&game, "alice").await;
+    let mut client = in_the_first_room(&game, "alice").await;
     revoked.store(true, Ordering::SeqCst);
     let ended = tokio::time::timeout(Duration::from_secs(5), client.next_push())
         .await
@@ -238,9 +224,9 @@ async fn an_integrator_revokes_a_user_a_token_or_everyone_and_is_told_how_many_s
     let game = server(resolver_for(&api.url()).build().unwrap()).await;
     let admin = admin(&game).await;
     let addr = admin.local_addr();
-    let mut alice = in_the_lobby(&game, "alice").await;
-    let mut alice_too = in_the_lobby(&game, "long").await;
-    let mut bob = in_the_lobby(&game, "bob").await;
+    let mut alice = in_the_first_room(&game, "alice").await;
+    let mut alice_too = in_the_first_room(&game, "long").await;
+    let mut bob = in_the_first_room(&game, "bob").await;
     assert_eq!(
         revoke(addr, Some(SECRET), r#"{"user_id": 1234}"#).await,
         (200, json!({"sessions_closed": 0}))
@@ -348,8 +334,8 @@ async fn a_revocation_on_one_node_closes_the_session_on_another_through_redis() 
     let api = api(Arc::default()).await;
     let (_a, admin_a) = node(&api.url(), &redis).await;
     let (b, _admin_b) = node(&api.url(), &redis).await;
-    let mut on_b = in_the_lobby(&b, "alice").await;
-    let mut by_token = in_the_lobby(&b, "long").await;
+    let mut on_b = in_the_first_room(&b, "alice").await;
+    let mut by_token = in_the_first_room(&b, "long").await;
     let (status, _) = revoke(
         admin_a.local_addr(),
         Some(SECRET),
@@ -387,7 +373,7 @@ async fn a_node_rechecks_its_sessions_when_redis_comes_back() {
         let (game, admin) = node(&api.url(), &redis).await;
         (admin, game)
     };
-    let mut on_b = in_the_lobby(&b, "alice").await;
+    let mut on_b = in_the_first_room(&b, "alice").await;
     redis.stop();
     revoked.store(true, Ordering::SeqCst);
     redis.restart();
@@ -466,7 +452,7 @@ async fn revalidation_during_the_grace_leaves_the_expired_session_its_refresh() 
         ..GameServerConfig::default()
     };
     let game = game_server_with(strict(&api.url()).build().unwrap(), config).await;
-    let mut client = in_the_lobby(&game, "expiring").await;
+    let mut client = in_the_first_room(&game, "expiring").await;
     assert!(matches!(
         client.next_push().await.unwrap(),
         Push::ReauthRequired(_)
@@ -490,7 +476,7 @@ async fn a_silent_client_is_closed_on_time_however_often_the_session_revalidates
         ..GameServerConfig::default()
     };
     let game = game_server_with(resolver_for(&api.url()).build().unwrap(), config).await;
-    let mut client = in_the_lobby(&game, "long").await;
+    let mut client = in_the_first_room(&game, "long").await;
     let closed = tokio::time::timeout(Duration::from_secs(5), client.next_push())
         .await
         .expect("closed within the idle timeout, not kept open by revalidation");

@@ -13,6 +13,7 @@ use base64::Engine as _;
 
 use redis_server::RedisServer;
 use support::{login_and_take_token, reference_api, resolver_for, Scripted};
+use token_resolver::reference_api::RunningApi;
 use token_resolver::RedisTier;
 use token_resolver::{ErrorCode, Resolver};
 
@@ -118,20 +119,29 @@ async fn the_token_is_nowhere_in_redis() {
     assert!(dump.iter().all(|(k, _)| k.starts_with(b"token-resolver:")));
 }
 
+/// Carol's token, resolved by node A (so that Redis holds it) and then by node B (from Redis),
+/// with B listening to invalidations: the reference API, the token, A and B.
+async fn carol_cached_on_two_nodes(
+    redis: &RedisServer,
+) -> (RunningApi, String, Resolver, Resolver) {
+    let api = reference_api().await;
+    let token = login_and_take_token(&api.base_url(), "carol", "carolina").await;
+    let (a, b) = (node(&api.base_url(), redis), node(&api.base_url(), redis));
+    a.resolve(&api.base_url(), &token).await.unwrap();
+    eventually("A's answer reaches Redis", || redis.key_count() > 0).await;
+    b.resolve(&api.base_url(), &token).await.unwrap();
+    eventually("B listens", || b.shared_cache_subscribed()).await;
+    assert_eq!(b.stats().entries, 1);
+    (api, token, a, b)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalidate_on_one_node_reaches_the_other() {
     // Pins down cluster-wide invalidation: A's invalidate evicts B's local entry and Redis's.
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let api = reference_api().await;
-    let token = login_and_take_token(&api.base_url(), "carol", "carolina").await;
-    let (a, b) = (node(&api.base_url(), &redis), node(&api.base_url(), &redis));
-    a.resolve(&api.base_url(), &token).await.unwrap();
-    eventually("A's answer reaches Redis", || redis.key_count() > 0).await;
-    b.resolve(&api.base_url(), &token).await.unwrap();
-    eventually("B listens", || b.shared_cache_subscribed()).await;
-    assert_eq!(b.stats().entries, 1);
+    let (api, token, a, b) = carol_cached_on_two_nodes(&redis).await;
 
     a.invalidate(&api.base_url(), &token);
     eventually("B evicts the token", || b.stats().entries == 0).await;
@@ -152,17 +162,10 @@ async fn an_invalidation_from_a_thread_outside_the_runtime_still_reaches_the_oth
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let api = reference_api().await;
-    let token = login_and_take_token(&api.base_url(), "carol", "carolina").await;
-    let (a, b) = (node(&api.base_url(), &redis), node(&api.base_url(), &redis));
-    a.resolve(&api.base_url(), &token).await.unwrap();
-    eventually("A's answer reaches Redis", || redis.key_count() > 0).await;
-    b.resolve(&api.base_url(), &token).await.unwrap();
-    eventually("B listens", || b.shared_cache_subscribed()).await;
-    assert_eq!(b.stats().entries, 1);
+    let (api, _token, a, b) = carol_cached_on_two_nodes(&redis).await;
 
-    let (url, a_too) = (api.base_url(), a.clone());
-    std::thread::spawn(move || a_too.invalidate_user(&url, 3))
+    let url = api.base_url();
+    std::thread::spawn(move || a.invalidate_user(&url, 3))
         .join()
         .unwrap();
     eventually("B evicts Carol's token", || b.stats().entries == 0).await;

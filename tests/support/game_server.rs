@@ -32,6 +32,22 @@ pub async fn game_server_with(
         .expect("game server binds to loopback")
 }
 
+/// A player of `game` connected with `token` and joined, with it, to the first room `game`
+/// lists.
+pub async fn in_the_first_room(
+    game: &token_resolver::game_server::RunningGameServer,
+    token: &str,
+) -> token_resolver::game_server::GameClient {
+    let mut client = token_resolver::game_server::GameClient::open(game.local_addr())
+        .await
+        .unwrap();
+    client.connect(Some(token)).await.unwrap();
+    let rooms = client.search_rooms().await.unwrap();
+    let args = token_resolver::player::RoomJoinArgs::new(&rooms[0], Default::default());
+    client.join(&args, Some(token)).await.unwrap();
+    client
+}
+
 /// A room `{roomId, authUrl?}`.
 pub fn room(id: &str, auth_url: Option<&str>) -> token_resolver::game_server::RoomConfig {
     token_resolver::game_server::RoomConfig {
