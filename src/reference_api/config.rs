@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::store::sha256;
 #[cfg(doc)]
 use super::ReferenceApi;
 
@@ -123,6 +124,15 @@ impl AdminSecret {
     /// The secret itself. Handle with care: never log it, nor put it in an error.
     pub fn expose(&self) -> &str {
         &self.0
+    }
+
+    /// Whether `presented` (a request's bearer) is this secret: SHA-256 digests of both,
+    /// compared in constant time, so that neither the secret's bytes nor its length show in
+    /// the timing. Both the reference API's admin endpoints and the game server's
+    /// `/admin/revoke` ask this.
+    pub(crate) fn is(&self, presented: &[u8]) -> bool {
+        use subtle::ConstantTimeEq;
+        sha256(presented).ct_eq(&sha256(self.expose())).into()
     }
 }
 
