@@ -156,14 +156,18 @@ impl Registry {
         {
             Meanwhile::Unknown
         } else {
-            let came = sessions.recent.iter().filter(|(seq, _)| *seq >= since.0);
-            came.fold(Meanwhile::Nothing, |found, (_, revocation)| {
-                match (found, names(revocation, &held)) {
-                    (Meanwhile::Named, _) | (_, Some(true)) => Meanwhile::Named,
-                    (Meanwhile::Unknown, _) | (_, None) => Meanwhile::Unknown,
-                    (Meanwhile::Nothing, Some(false)) => Meanwhile::Nothing,
-                }
-            })
+            let came = || {
+                let recent = sessions.recent.iter();
+                let came = recent.filter(|(seq, _)| *seq >= since.0);
+                came.map(|(_, revocation)| names(revocation, &held))
+            };
+            if came().any(|named| named == Some(true)) {
+                Meanwhile::Named
+            } else if came().any(|named| named.is_none()) {
+                Meanwhile::Unknown
+            } else {
+                Meanwhile::Nothing
+            }
         };
         if let Some(registered) = sessions.by_connection.get_mut(&connection) {
             registered.held = held;
