@@ -71,33 +71,17 @@ async fn delays(player_on: SocketAddr, revoke_at: SocketAddr) -> Vec<Duration> {
     let mut delays = Vec::with_capacity(REVOCATIONS);
     for i in 0..REVOCATIONS {
         let token = support::token('r', i as u64);
-        let mut player = GameClient::open(player_on).await.expect("a connection");
-        let user = player
-            .connect(Some(&token))
-            .await
-            .expect("connected")
-            .expect("a user");
-        let rooms = player.search_rooms().await.expect("rooms");
-        player
-            .join(
-                &RoomJoinArgs::new(&rooms[0], Default::default()),
-                Some(&token),
-            )
-            .await
-            .expect("joined");
+        let (mut player, user_id) = in_the_first_room(player_on, &token).await;
         let started = Instant::now();
         let revoked = http
             .post(format!("http://{revoke_at}/admin/revoke"))
             .bearer_auth(ADMIN_SECRET)
-            .json(&serde_json::json!({"user_id": user.id}))
+            .json(&serde_json::json!({ "user_id": user_id }))
             .send()
             .await
             .expect("the admin answers");
         assert!(revoked.status().is_success());
-        match tokio::time::timeout(Duration::from_secs(5), player.next_push()).await {
-            Ok(Err(GameClientError::Revoked(_))) => delays.push(started.elapsed()),
-            other => panic!("the player was not revoked: {other:?}"),
-        }
+        delays.push(until_revoked(&mut player, started).await);
     }
     delays
 }
@@ -119,24 +103,35 @@ async fn logout_delays(player_on: SocketAddr, api_base: &str) -> Vec<Duration> {
             .expect("a token")
             .secret()
             .to_owned();
-        let mut player = GameClient::open(player_on).await.expect("a connection");
-        player.connect(Some(&token)).await.expect("connected");
-        let rooms = player.search_rooms().await.expect("rooms");
-        player
-            .join(
-                &RoomJoinArgs::new(&rooms[0], Default::default()),
-                Some(&token),
-            )
-            .await
-            .expect("joined");
+        let (mut player, _) = in_the_first_room(player_on, &token).await;
         let started = Instant::now();
         integrator.logout().await.expect("logged out");
-        match tokio::time::timeout(Duration::from_secs(5), player.next_push()).await {
-            Ok(Err(GameClientError::Revoked(_))) => delays.push(started.elapsed()),
-            other => panic!("the player was not revoked: {other:?}"),
-        }
+        delays.push(until_revoked(&mut player, started).await);
     }
     delays
+}
+
+/// A player connected on `player_on` with `token` and joined to the first room, and the user
+/// id it resolved to.
+async fn in_the_first_room(player_on: SocketAddr, token: &str) -> (GameClient, i64) {
+    let mut player = GameClient::open(player_on).await.expect("a connection");
+    let user = player
+        .connect(Some(token))
+        .await
+        .expect("connected")
+        .expect("a user");
+    let rooms = player.search_rooms().await.expect("rooms");
+    let args = RoomJoinArgs::new(&rooms[0], Default::default());
+    player.join(&args, Some(token)).await.expect("joined");
+    (player, user.id)
+}
+
+/// How long after `started` `player` reads `revoked` (within 5 s, or the bench fails).
+async fn until_revoked(player: &mut GameClient, started: Instant) -> Duration {
+    match tokio::time::timeout(Duration::from_secs(5), player.next_push()).await {
+        Ok(Err(GameClientError::Revoked(_))) => started.elapsed(),
+        other => panic!("the player was not revoked: {other:?}"),
+    }
 }
 
 fn row(label: &str, mut delays: Vec<Duration>, target: Duration) {
