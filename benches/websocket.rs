@@ -189,6 +189,15 @@ struct Run {
 }
 
 impl Run {
+    /// The run of client `tasks` started at `started`: every latency they measured.
+    async fn gathered(tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>, started: Instant) -> Run {
+        let mut latencies = Vec::new();
+        for task in tasks {
+            latencies.extend(task.await.expect("a client task"));
+        }
+        Run::of(latencies, started.elapsed())
+    }
+
     fn of(mut latencies: Vec<Duration>, elapsed: Duration) -> Run {
         latencies.sort();
         let at =
@@ -223,11 +232,7 @@ async fn arrivals(
             })
         })
         .collect();
-    let mut latencies = Vec::with_capacity(total);
-    for task in tasks {
-        latencies.extend(task.await.expect("a client task"));
-    }
-    Run::of(latencies, started.elapsed())
+    Run::gathered(tasks, started).await
 }
 
 /// `total` joins over `CONCURRENCY` connections opened and connected first.
@@ -256,11 +261,7 @@ async fn joins(transport: Transport, players: &std::sync::Arc<Vec<Messages>>, to
             })
         })
         .collect();
-    let mut latencies = Vec::with_capacity(total);
-    for task in tasks {
-        latencies.extend(task.await.expect("a client task"));
-    }
-    Run::of(latencies, started.elapsed())
+    Run::gathered(tasks, started).await
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
