@@ -24,7 +24,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use support::{token, Key, KeyRef, KeyView, Upstream, UpstreamConfig, Value};
+use support::{token, Key, KeyRef, Upstream, UpstreamConfig, Value};
 use token_resolver::{ConnectRequest, JoinRequest, Resolver};
 
 /// Counts allocations made on threads that asked to be counted, and live bytes on all threads.
@@ -149,12 +149,12 @@ fn main() {
     let endpoint = upstream.user_url();
     moka.insert(
         Key::new(&Arc::from(endpoint.as_str()), &hot),
-        Value::user(1),
+        Value::user(1).user_alone().expect("a user"),
     );
     let key = KeyRef::new(&endpoint, &hot);
     let (total, _) = count(|| {
         for _ in 0..HITS {
-            black_box(moka.get(&key as &dyn KeyView).unwrap());
+            black_box(moka.get(&key).unwrap());
         }
     });
     let moka_hit = per(HITS, total);

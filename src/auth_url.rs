@@ -244,12 +244,19 @@ impl AllowList {
     ///
     /// [`ResolveError::AuthUrlNotAllowed`] when it is unparsable, insecure, or covered by no
     /// allowed URL.
+    #[inline(always)]
     pub(crate) fn check(&self, auth_url: &str) -> Result<Cow<'_, Arc<Endpoint>>, ResolveError> {
         // Borrowed, not cloned: on the hit path a shared refcount bouncing between cores costs
         // more than the comparison.
         if let Some((_, endpoint)) = self.entries.iter().find(|(raw, _)| **raw == *auth_url) {
             return Ok(Cow::Borrowed(endpoint));
         }
+        self.check_parsed(auth_url)
+    }
+
+    /// [`check`](Self::check) for a URL that is not written as one of the allowed ones.
+    #[inline(never)]
+    fn check_parsed(&self, auth_url: &str) -> Result<Cow<'_, Arc<Endpoint>>, ResolveError> {
         let not_allowed = |reason: String| ResolveError::AuthUrlNotAllowed { reason };
         let candidate = Endpoint::parse(auth_url, self.allow_insecure_http)
             .map_err(|e| not_allowed(e.to_string()))?;

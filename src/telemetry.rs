@@ -110,11 +110,12 @@ pub(crate) struct Resolutions {
 
 impl Resolutions {
     /// Counts one cache hit (`outcome="hit"`, the first of [`OUTCOMES`]).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn count_hit(&self) {
         self.handles()[0].increment(1);
     }
 
+    #[inline(always)]
     fn handles(&self) -> &[Counter; OUTCOMES.len()] {
         self.handles.get_or_init(|| {
             Box::new(

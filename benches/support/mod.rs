@@ -42,8 +42,9 @@ pub fn resolver(base: &str) -> Resolver {
 
 // The baseline caches' key: the resolver's `CacheKey` is (Arc<Endpoint>, the token inline up to
 // 48 bytes), hashed as the endpoint's precomputed hash and the token, with a randomly seeded
-// foldhash, and looked up through `Borrow<dyn KeyView>` without building a key; this is the
-// same, with the endpoint as an `Arc<str>` beside its hash.
+// foldhash, and looked up in moka from a borrowed `KeyRef` through `moka::Equivalent`, without
+// building a key; this is the same, with the endpoint as an `Arc<str>` beside its hash. Maps
+// without `Equivalent` (std's, quick_cache's) look up through `Borrow<dyn KeyView>`.
 
 /// The endpoint URL's hash, computed once per key set as the resolver does once per endpoint.
 pub fn endpoint_hash(endpoint: &str) -> u64 {
@@ -142,6 +143,18 @@ impl<'a> KeyRef<'a> {
     }
 }
 
+impl Hash for KeyRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (self as &dyn KeyView).hash(state);
+    }
+}
+
+impl moka::Equivalent<Key> for KeyRef<'_> {
+    fn equivalent(&self, key: &Key) -> bool {
+        self.token.as_bytes() == &key.token[..] && self.endpoint == &*key.endpoint
+    }
+}
+
 impl KeyView for KeyRef<'_> {
     fn endpoint(&self) -> &str {
         self.endpoint
@@ -195,6 +208,14 @@ impl Value {
         }
     }
 
+    /// The user, as the resolver's `lasting` cache holds it; `None` for a rejection.
+    pub fn user_alone(&self) -> Option<Arc<User>> {
+        match self {
+            Value::User { user, .. } => Some(user.clone()),
+            Value::Rejected { .. } => None,
+        }
+    }
+
     fn fresh_until(&self) -> u64 {
         match self {
             Value::User { fresh_until, .. } | Value::Rejected { fresh_until, .. } => *fresh_until,
@@ -218,8 +239,12 @@ impl moka::Expiry<Key, Value> for PerEntryTtl {
 pub type KeyHasher = foldhash::fast::RandomState;
 
 /// A bare moka cache configured as the resolver configures its users' cache: capacity, one
-/// time to live, the same hasher.
-pub fn moka_cache(capacity: u64) -> moka::sync::Cache<Key, Value, KeyHasher> {
+/// time to live, the same hasher. The resolver's users fresh for the whole time to live are
+/// kept as `Arc<User>` alone (its `lasting` cache); `Value` is shaped like its other entries.
+pub fn moka_cache<V>(capacity: u64) -> moka::sync::Cache<Key, V, KeyHasher>
+where
+    V: Clone + Send + Sync + 'static,
+{
     moka::sync::Cache::builder()
         .max_capacity(capacity)
         .time_to_live(Duration::from_secs(3600))

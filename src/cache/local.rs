@@ -1,138 +1,167 @@
-//! The local tier's storage: entries that are a user or a rejection, each with its deadline, in
-//! two moka caches ([`Cache`]) of one time to live each. Keys and their hashing are `key`'s;
-//! what to cache and for how long is decided by the resolver; which concurrent look-ups share
-//! one call is the resolver's `flight`'s business.
+//! The local tier's storage: entries that are a user or a rejection, in three moka caches
+//! ([`Cache`]) of one time to live each. Keys and their hashing are `key`'s; what to cache and
+//! for how long is decided by the resolver; which concurrent look-ups share one call is the
+//! resolver's `flight`'s business.
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::key::{CacheKey, KeyHasher, KeyView};
+use super::key::{CacheKey, KeyHasher, KeyRef, KeyView};
+use super::{Lookup, Verdict};
 use crate::user::User;
 
 /// How far past its deadline moka's time to live may keep an entry that is not checked on
 /// reading: the time between an answer and its insertion, not a policy.
 const UNCHECKED_SLACK: Duration = Duration::from_millis(10);
 
-/// The local tier's storage: two moka caches, users and rejections, each with one time to
-/// live for all its entries, which moka checks on every read at no extra cost.
+/// The local tier's storage: three moka caches, each with one time to live for all its
+/// entries, which moka checks on every read at no extra cost.
 ///
-/// moka's per-entry expiry (`Expiry`) would give each entry its own lifetime, but it converts
-/// clocks and calls back into the policy on every read: it made a bare `get` 1.35x the
-/// hand-written one. Here an entry whose deadline comes before the cache's time to live (an
-/// answer with a shorter `max-age`, a rejection read through from the shared tier) says so
-/// (`checked`), and only such entries read the clock on a hit. Rejections apart also mean a
-/// flood of bad tokens cannot evict the players' entries.
+/// - `lasting`: users fresh for the whole `cache_ttl`, with stale serving off, the usual
+///   case. moka's time to live is their deadline, so the value is the `Arc<User>` alone and a
+///   hit reads nothing else: moka hands a value back through the stack, and a two-word value
+///   made a hit some 4% slower than the hand-written cache's one-word `Arc`.
+/// - `timed`: users with a deadline of their own, read on every hit: fresh for less than
+///   `cache_ttl` (a shorter `max-age`, a token's `exp`, a read-through from the shared tier), or
+///   any user while stale serving is on (kept `serve_stale_for` past its freshness).
+/// - `rejections`: 401 and 403 answers, for `negative_cache_ttl`; apart, so that a flood of bad
+///   tokens cannot evict the players' entries.
+///
+/// A key is in one of them at most: storing an answer drops the key from the other two. moka's
+/// per-entry expiry (`Expiry`) would give each entry its own lifetime in one cache, but it
+/// converts clocks and calls back into the policy on every read: it made a bare `get` 1.35x the
+/// hand-written one.
 pub(crate) struct Cache {
-    /// Users, kept `cache_ttl + stale_for`.
-    users: moka::sync::Cache<CacheKey, UserEntry, KeyHasher>,
+    /// Users fresh for their whole stay, kept `cache_ttl`.
+    lasting: moka::sync::Cache<CacheKey, Arc<User>, KeyHasher>,
+    /// Users with a deadline to read, kept `cache_ttl + stale_for`.
+    timed: moka::sync::Cache<CacheKey, TimedUser, KeyHasher>,
     /// Rejections, kept `negative_cache_ttl`.
-    rejections: moka::sync::Cache<CacheKey, RejectionEntry, KeyHasher>,
-    /// The users' time to live.
-    user_ttl: Duration,
-    /// The rejections' time to live.
-    rejection_ttl: Duration,
-    /// How long a user outlives its freshness, as a fallback.
+    rejections: moka::sync::Cache<CacheKey, Rejection, KeyHasher>,
+    /// `lasting`'s time to live: an answer fresh for at least this long goes there.
+    lasting_ttl: Duration,
+    /// How long a user outlives its freshness, as a fallback; zero when stale serving is off,
+    /// and then `lasting` is used.
     stale_for: Duration,
 }
 
-/// A cached user.
-#[derive(Clone)]
-struct UserEntry {
-    user: Arc<User>,
-    fresh_until: Deadline,
-    /// Whether the entry dies before moka's time to live would end it: read the clock then.
-    checked: bool,
+/// moka wants a time to live above zero; a zero one caches nothing anyway (`store` refuses
+/// what has no freshness).
+fn at_least(ttl: Duration) -> Duration {
+    ttl.max(Duration::from_millis(1))
 }
 
-/// A cached rejection.
+/// One of the three caches: at most `capacity` entries, each kept `ttl`.
+fn moka_cache<V>(capacity: u64, ttl: Duration) -> moka::sync::Cache<CacheKey, V, KeyHasher>
+where
+    V: Clone + Send + Sync + 'static,
+{
+    moka::sync::Cache::builder()
+        .max_capacity(capacity)
+        .time_to_live(at_least(ttl))
+        .build_with_hasher(KeyHasher::default())
+}
+
+/// A user with its deadline, in `timed`.
 #[derive(Clone)]
-struct RejectionEntry {
+struct TimedUser {
+    user: Arc<User>,
+    fresh_until: Deadline,
+}
+
+/// A cached rejection: the API's status, and when it dies.
+#[derive(Clone)]
+struct Rejection {
     status: u16,
     fresh_until: Deadline,
-    /// As [`UserEntry::checked`].
-    checked: bool,
 }
 
 impl Cache {
     /// Users kept for `cache_ttl` (plus `stale_for` past their freshness), rejections for
-    /// `negative_ttl`, at most `capacity` of each.
+    /// `negative_ttl`, at most `capacity` in each of the three caches.
     pub(crate) fn new(
         capacity: u64,
         cache_ttl: Duration,
         negative_ttl: Duration,
         stale_for: Duration,
     ) -> Cache {
-        // moka wants a time to live above zero; a zero one caches nothing anyway (`store`
-        // refuses what has no freshness).
-        let at_least = |ttl: Duration| ttl.max(Duration::from_millis(1));
-        let user_ttl = at_least(cache_ttl.saturating_add(stale_for));
-        let rejection_ttl = at_least(negative_ttl);
         Cache {
-            users: moka::sync::Cache::builder()
-                .max_capacity(capacity)
-                .time_to_live(user_ttl)
-                .build_with_hasher(KeyHasher::default()),
-            rejections: moka::sync::Cache::builder()
-                .max_capacity(capacity)
-                .time_to_live(rejection_ttl)
-                .build_with_hasher(KeyHasher::default()),
-            user_ttl,
-            rejection_ttl,
+            lasting: moka_cache(capacity, cache_ttl),
+            timed: moka_cache(capacity, cache_ttl.saturating_add(stale_for)),
+            rejections: moka_cache(capacity, negative_ttl),
+            lasting_ttl: at_least(cache_ttl),
             stale_for,
         }
     }
 
-    /// The answer for `key`, if its lifetime (for a user: freshness plus the stale window)
-    /// has not run out. The hit path: one hash, and a clock read only for a checked entry.
-    #[inline]
-    pub(crate) fn get(&self, key: &dyn KeyView) -> Option<Cached> {
-        if let Some(entry) = self.users.get(key) {
-            if entry.checked && entry.fresh_until.later(self.stale_for).has_passed() {
-                return None;
+    /// What the cache says for `key`: a fresh answer, a user kept past its freshness (stale
+    /// serving on), or nothing. The hit path: one hash and one word for a lasting user; the
+    /// clock is read for the others only.
+    #[inline(always)]
+    pub(crate) fn get(&self, key: &KeyRef<'_>) -> Lookup {
+        match self.lasting.get(key) {
+            Some(user) => Lookup::Fresh(Verdict::User(user)),
+            None => self.get_timed(key),
+        }
+    }
+
+    /// [`get`](Self::get) past `lasting`: users with a deadline, then rejections.
+    #[inline(never)]
+    fn get_timed(&self, key: &KeyRef<'_>) -> Lookup {
+        if let Some(entry) = self.timed.get(key) {
+            let now = Deadline::now();
+            if now < entry.fresh_until {
+                return Lookup::Fresh(Verdict::User(entry.user));
             }
-            return Some(Cached::User {
-                user: entry.user,
-                fresh_until: entry.fresh_until,
-            });
+            if now < entry.fresh_until.later(self.stale_for) {
+                return Lookup::Stale(entry.user);
+            }
+            return Lookup::Absent;
         }
-        let entry = self.rejections.get(key)?;
-        if entry.checked && entry.fresh_until.has_passed() {
-            return None;
+        match self.rejections.get(key) {
+            Some(entry) if !entry.fresh_until.has_passed() => {
+                Lookup::Fresh(Verdict::Rejected(entry.status))
+            }
+            _ => Lookup::Absent,
         }
-        Some(Cached::Rejected {
-            status: entry.status,
-            fresh_until: entry.fresh_until,
-        })
     }
 
-    /// Whether either cache holds `key`; records no read.
+    /// Whether any of the caches holds `key`; records no read.
     pub(crate) fn contains_key(&self, key: &dyn KeyView) -> bool {
-        self.users.contains_key(key) || self.rejections.contains_key(key)
+        self.lasting.contains_key(key)
+            || self.timed.contains_key(key)
+            || self.rejections.contains_key(key)
     }
 
-    /// Stores `cached` under `key`, replacing whatever `key` had.
+    /// Stores `cached` under `key`, replacing whatever `key` had in any of the caches.
     pub(crate) fn insert(&self, key: CacheKey, cached: &Cached) {
+        let view = &key as &dyn KeyView;
         match cached {
             Cached::User { user, fresh_until } => {
-                let lifetime = fresh_until.left().saturating_add(self.stale_for);
-                self.rejections.invalidate(&key as &dyn KeyView);
-                let entry = UserEntry {
-                    user: user.clone(),
-                    fresh_until: *fresh_until,
-                    checked: lifetime + UNCHECKED_SLACK < self.user_ttl,
-                };
-                self.users.insert(key, entry);
+                self.rejections.invalidate(view);
+                let lasts = self.stale_for.is_zero()
+                    && fresh_until.left() + UNCHECKED_SLACK >= self.lasting_ttl;
+                if lasts {
+                    self.timed.invalidate(view);
+                    self.lasting.insert(key, user.clone());
+                } else {
+                    self.lasting.invalidate(view);
+                    let entry = TimedUser {
+                        user: user.clone(),
+                        fresh_until: *fresh_until,
+                    };
+                    self.timed.insert(key, entry);
+                }
             }
             Cached::Rejected {
                 status,
                 fresh_until,
             } => {
-                let lifetime = fresh_until.left();
-                self.users.invalidate(&key as &dyn KeyView);
-                let entry = RejectionEntry {
+                self.lasting.invalidate(view);
+                self.timed.invalidate(view);
+                let entry = Rejection {
                     status: *status,
                     fresh_until: *fresh_until,
-                    checked: lifetime + UNCHECKED_SLACK < self.rejection_ttl,
                 };
                 self.rejections.insert(key, entry);
             }
@@ -141,43 +170,36 @@ impl Cache {
 
     /// Drops `key`'s answer.
     pub(crate) fn invalidate(&self, key: &dyn KeyView) {
-        self.users.invalidate(key);
+        self.lasting.invalidate(key);
+        self.timed.invalidate(key);
         self.rejections.invalidate(key);
     }
 
     /// Drops every answer.
     pub(crate) fn invalidate_all(&self) {
-        self.users.invalidate_all();
+        self.lasting.invalidate_all();
+        self.timed.invalidate_all();
         self.rejections.invalidate_all();
     }
 
-    /// Every key and answer held now (expired ones moka has not dropped yet included).
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (Arc<CacheKey>, Cached)> + '_ {
-        let users = self.users.iter().map(|(key, entry)| {
-            let cached = Cached::User {
-                user: entry.user,
-                fresh_until: entry.fresh_until,
-            };
-            (key, cached)
-        });
-        let rejections = self.rejections.iter().map(|(key, entry)| {
-            let cached = Cached::Rejected {
-                status: entry.status,
-                fresh_until: entry.fresh_until,
-            };
-            (key, cached)
-        });
-        users.chain(rejections)
+    /// Every key held now and the user's id, or `None` for a rejection (expired entries moka
+    /// has not dropped yet included).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Arc<CacheKey>, Option<i64>)> + '_ {
+        let lasting = self.lasting.iter().map(|(key, user)| (key, Some(user.id)));
+        let timed = self.timed.iter().map(|(key, e)| (key, Some(e.user.id)));
+        let rejections = self.rejections.iter().map(|(key, _)| (key, None));
+        lasting.chain(timed).chain(rejections)
     }
 
-    /// Entries in both caches, as moka counts them.
+    /// Entries in the three caches, as moka counts them.
     pub(crate) fn entry_count(&self) -> u64 {
-        self.users.entry_count() + self.rejections.entry_count()
+        self.lasting.entry_count() + self.timed.entry_count() + self.rejections.entry_count()
     }
 
     /// Applies moka's pending work, so that [`entry_count`](Self::entry_count) is current.
     pub(crate) fn run_pending_tasks(&self) {
-        self.users.run_pending_tasks();
+        self.lasting.run_pending_tasks();
+        self.timed.run_pending_tasks();
         self.rejections.run_pending_tasks();
     }
 }
@@ -226,10 +248,11 @@ impl Cached {
         }
     }
 
-    pub(crate) fn user_id(&self) -> Option<i64> {
+    /// What the answer says, without its deadline.
+    pub(crate) fn verdict(&self) -> Verdict {
         match self {
-            Cached::User { user, .. } => Some(user.id),
-            Cached::Rejected { .. } => None,
+            Cached::User { user, .. } => Verdict::User(user.clone()),
+            Cached::Rejected { status, .. } => Verdict::Rejected(*status),
         }
     }
 }
@@ -241,6 +264,11 @@ impl Cached {
 pub(crate) struct Deadline(u64);
 
 impl Deadline {
+    /// This moment.
+    fn now() -> Deadline {
+        Deadline::at(Instant::now())
+    }
+
     /// `fresh` from now.
     pub(crate) fn after(fresh: Duration) -> Deadline {
         let at = Deadline::at(Instant::now()).0;
@@ -256,7 +284,7 @@ impl Deadline {
 
     /// Whether this moment has come.
     pub(crate) fn has_passed(self) -> bool {
-        Deadline::at(Instant::now()) >= self
+        Deadline::now() >= self
     }
 
     /// `extra` after this moment.
@@ -311,12 +339,36 @@ mod tests {
         )
     }
 
-    /// The entry for `token` at `https://a.example`, looked up by a borrowed key.
-    fn at_a(cache: &Cache, token: &str) -> Option<Cached> {
+    /// What the cache says for `token` at `https://a.example`, looked up by a borrowed key.
+    fn at_a(cache: &Cache, token: &str) -> Lookup {
         cache.get(&KeyRef {
             endpoint: &endpoint("https://a.example"),
             token,
-        } as &dyn KeyView)
+        })
+    }
+
+    /// The user id of a fresh user, `None` for anything else.
+    fn fresh_id(lookup: Lookup) -> Option<i64> {
+        match lookup {
+            Lookup::Fresh(Verdict::User(user)) => Some(user.id),
+            _ => None,
+        }
+    }
+
+    /// Which of the three caches holds `key`.
+    fn held_in(cache: &Cache, key: &CacheKey) -> Vec<&'static str> {
+        let view = key as &dyn KeyView;
+        let mut held = Vec::new();
+        for (name, there) in [
+            ("lasting", cache.lasting.contains_key(view)),
+            ("timed", cache.timed.contains_key(view)),
+            ("rejections", cache.rejections.contains_key(view)),
+        ] {
+            if there {
+                held.push(name);
+            }
+        }
+        held
     }
 
     #[test]
@@ -329,8 +381,8 @@ mod tests {
         let found = cache.get(&KeyRef {
             endpoint: &endpoint("https://a.example/api/user"),
             token: "tok",
-        } as &dyn KeyView);
-        assert_eq!(found.and_then(|c| c.user_id()), Some(1));
+        });
+        assert_eq!(fresh_id(found), Some(1));
     }
 
     #[test]
@@ -345,13 +397,13 @@ mod tests {
             endpoint: &b,
             token: "tok",
         };
-        assert!(cache.get(&other as &dyn KeyView).is_none());
+        assert!(matches!(cache.get(&other), Lookup::Absent));
         let a = endpoint("https://a.example");
         let prefix = KeyRef {
             endpoint: &a,
             token: "to",
         };
-        assert!(cache.get(&prefix as &dyn KeyView).is_none());
+        assert!(matches!(cache.get(&prefix), Lookup::Absent));
     }
 
     #[test]
@@ -367,8 +419,8 @@ mod tests {
         );
         std::thread::sleep(Duration::from_millis(120));
         let get = |t| at_a(&cache, t);
-        assert!(get("short").is_none());
-        assert!(get("long").is_some());
+        assert!(matches!(get("short"), Lookup::Absent));
+        assert_eq!(fresh_id(get("long")), Some(2));
     }
 
     #[test]
@@ -382,9 +434,11 @@ mod tests {
         );
         std::thread::sleep(Duration::from_millis(120));
         let get = |t| at_a(&cache, t);
-        let kept = get("user").expect("a user is kept through the stale window");
-        assert!(kept.fresh_until().has_passed(), "and is no longer fresh");
-        assert!(get("rejected").is_none());
+        assert!(
+            matches!(get("user"), Lookup::Stale(user) if user.id == 1),
+            "a user is kept through the stale window, no longer fresh"
+        );
+        assert!(matches!(get("rejected"), Lookup::Absent));
     }
 
     #[test]
@@ -430,33 +484,27 @@ mod tests {
         let found = cache.get(&KeyRef {
             endpoint: &again,
             token: "tok",
-        } as &dyn KeyView);
-        assert_eq!(found.and_then(|c| c.user_id()), Some(1));
+        });
+        assert_eq!(fresh_id(found), Some(1));
     }
 
     #[test]
-    fn only_entries_dying_before_the_time_to_live_read_the_clock() {
-        let cache = cache(Duration::ZERO);
-        cache.insert(
-            key("https://a.example", "full"),
-            &user(1, Duration::from_secs(60)),
-        );
-        cache.insert(
-            key("https://a.example", "short"),
-            &user(2, Duration::from_secs(30)),
-        );
-        cache.insert(
-            key("https://a.example", "no"),
-            &Cached::rejected(401, Duration::from_secs(5)),
-        );
-        let checked = |t: &str| {
-            let k = key("https://a.example", t);
-            let user = cache.users.get(&k as &dyn KeyView).map(|e| e.checked);
-            user.or_else(|| cache.rejections.get(&k as &dyn KeyView).map(|e| e.checked))
-        };
-        assert_eq!(checked("full"), Some(false));
-        assert_eq!(checked("short"), Some(true));
-        assert_eq!(checked("no"), Some(false));
+    fn only_users_fresh_for_the_whole_time_to_live_are_kept_without_a_deadline() {
+        let (cache, stale) = (cache(Duration::ZERO), cache(Duration::from_secs(60)));
+        let k = |t: &str| key("https://a.example", t);
+        cache.insert(k("full"), &user(1, Duration::from_secs(60)));
+        cache.insert(k("short"), &user(2, Duration::from_secs(30)));
+        cache.insert(k("no"), &Cached::rejected(401, Duration::from_secs(5)));
+        assert_eq!(held_in(&cache, &k("full")), ["lasting"]);
+        assert_eq!(held_in(&cache, &k("short")), ["timed"]);
+        assert_eq!(held_in(&cache, &k("no")), ["rejections"]);
+        assert_eq!(fresh_id(at_a(&cache, "full")), Some(1));
+        assert_eq!(fresh_id(at_a(&cache, "short")), Some(2));
+
+        // With stale serving on, every user needs its deadline, to tell fresh from stale.
+        stale.insert(k("full"), &user(1, Duration::from_secs(60)));
+        assert_eq!(held_in(&stale, &k("full")), ["timed"]);
+        assert_eq!(fresh_id(at_a(&stale, "full")), Some(1));
     }
 
     #[test]
@@ -465,12 +513,19 @@ mod tests {
         let k = || key("https://a.example", "tok");
         cache.insert(k(), &Cached::rejected(401, Duration::from_secs(5)));
         cache.insert(k(), &user(1, Duration::from_secs(60)));
-        assert_eq!(at_a(&cache, "tok").and_then(|c| c.user_id()), Some(1));
+        assert_eq!(fresh_id(at_a(&cache, "tok")), Some(1));
+        // From lasting to timed and back: a key is in one cache at most.
+        cache.insert(k(), &user(2, Duration::from_secs(30)));
+        assert_eq!(held_in(&cache, &k()), ["timed"]);
+        assert_eq!(fresh_id(at_a(&cache, "tok")), Some(2));
+        cache.insert(k(), &user(3, Duration::from_secs(60)));
+        assert_eq!(held_in(&cache, &k()), ["lasting"]);
         cache.insert(k(), &Cached::rejected(403, Duration::from_secs(5)));
         assert!(matches!(
             at_a(&cache, "tok"),
-            Some(Cached::Rejected { status: 403, .. })
+            Lookup::Fresh(Verdict::Rejected(403))
         ));
+        assert_eq!(held_in(&cache, &k()), ["rejections"]);
         cache.run_pending_tasks();
         assert_eq!(cache.entry_count(), 1);
     }
@@ -487,8 +542,11 @@ mod tests {
             key("https://a.example", "no"),
             &Cached::rejected(401, Duration::from_millis(50)),
         );
-        assert!(at_a(&cache, "no").is_some());
+        assert!(matches!(
+            at_a(&cache, "no"),
+            Lookup::Fresh(Verdict::Rejected(401))
+        ));
         std::thread::sleep(Duration::from_millis(120));
-        assert!(at_a(&cache, "no").is_none());
+        assert!(matches!(at_a(&cache, "no"), Lookup::Absent));
     }
 }

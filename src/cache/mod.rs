@@ -7,7 +7,8 @@
 //! resolver decides what to cache and for how long; it never needs to know which tiers exist.
 //!
 //! - [`key`]: keys and their keyed hashing.
-//! - [`local`]: entries and their lifetimes, in two moka caches (users and rejections).
+//! - [`local`]: entries and their lifetimes, in three moka caches (users fresh for the whole
+//!   time to live, users with a deadline of their own, rejections).
 //! - `redis` (feature `redis`): the shared tier, its connection forms (one server, Sentinel,
 //!   Cluster), its keys, and the invalidation channel; without the feature, `without_redis`
 //!   stands in its place with types that have no value.
@@ -43,11 +44,21 @@ use crate::user::User;
 /// What the local tier holds for a key.
 pub(crate) enum Lookup {
     /// An answer to use as it is.
-    Fresh(Cached),
+    Fresh(Verdict),
     /// A user past its freshness, kept to serve if the API turns out to be unavailable.
     Stale(Arc<User>),
     /// Nothing.
     Absent,
+}
+
+/// What an answer says: the user the API vouched for, or the status it rejected the token
+/// with. A [`Cached`] answer is one with its deadline.
+#[derive(Clone, Debug)]
+pub(crate) enum Verdict {
+    /// The API vouched for this user.
+    User(Arc<User>),
+    /// The API answered 401 or 403.
+    Rejected(u16),
 }
 
 /// How many invalidations had happened when a call began; see [`Tiers::generation`].
@@ -74,8 +85,6 @@ pub(crate) struct TierSettings {
 pub(crate) struct Local {
     /// Answers (users and rejections), each with its own time to live.
     cache: local::Cache,
-    /// Whether users are kept past their freshness (stale serving is on).
-    keeps_stale: bool,
     /// Bumped by every invalidation: a call that started before one does not cache its answer,
     /// so an invalidation cannot be undone by a call already in flight.
     generation: AtomicU64,
@@ -99,7 +108,6 @@ impl Tiers {
                 settings.negative_ttl,
                 settings.stale_for,
             ),
-            keeps_stale: !settings.stale_for.is_zero(),
             generation: AtomicU64::new(0),
             revocations: Revocations::new(),
         });
@@ -113,20 +121,20 @@ impl Tiers {
     /// The local tier's answer for `key`, telling fresh entries from ones kept only as a
     /// fallback. The hit path: the clock is read only for entries that end before the cache's
     /// time to live (a shorter `max-age`, an `exp`, a read-through) or with stale serving on.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn lookup(&self, key: &KeyRef<'_>) -> Lookup {
-        self.local.lookup(key)
+        self.local.cache.get(key)
     }
 
     /// A fresh answer another resolution stored since the caller's [`lookup`](Self::lookup)
     /// missed. `contains_key` first: unlike a `get` it records no read, so the usual case
     /// (nothing there) costs a probe of the map and nothing more.
-    pub(crate) fn recheck(&self, key: &KeyRef<'_>) -> Option<Cached> {
+    pub(crate) fn recheck(&self, key: &KeyRef<'_>) -> Option<Verdict> {
         if !self.local.cache.contains_key(key as &dyn KeyView) {
             return None;
         }
-        match self.local.lookup(key) {
-            Lookup::Fresh(cached) => Some(cached),
+        match self.lookup(key) {
+            Lookup::Fresh(verdict) => Some(verdict),
             Lookup::Stale(_) | Lookup::Absent => None,
         }
     }
@@ -255,21 +263,6 @@ impl Tiers {
 }
 
 impl Local {
-    #[inline]
-    fn lookup(&self, key: &KeyRef<'_>) -> Lookup {
-        match self.cache.get(key as &dyn KeyView) {
-            None => Lookup::Absent,
-            // Only kept past its freshness when stale serving is on; otherwise moka dropped it
-            // at `fresh_until` and a hit needs no clock.
-            Some(Cached::User { user, fresh_until })
-                if self.keeps_stale && fresh_until.has_passed() =>
-            {
-                Lookup::Stale(user)
-            }
-            Some(cached) => Lookup::Fresh(cached),
-        }
-    }
-
     /// Caches `cached` unless it must not live (no freshness) or an invalidation happened since
     /// `generation`; says whether it did.
     fn store(
@@ -304,9 +297,7 @@ impl Local {
     }
 
     fn evict_user(&self, endpoint: &str, user_id: i64) {
-        self.evict_where(|key, cached| {
-            cached.user_id() == Some(user_id) && key.endpoint.as_str() == endpoint
-        });
+        self.evict_where(|key, id| id == Some(user_id) && key.endpoint.as_str() == endpoint);
     }
 
     fn evict_all(&self) {
@@ -315,14 +306,14 @@ impl Local {
         self.publish_entries();
     }
 
-    /// Walks the cache and drops the entries `doomed` picks: O(entries), for rare
-    /// administrative use.
-    fn evict_where(&self, doomed: impl Fn(&CacheKey, &Cached) -> bool) {
+    /// Walks the cache and drops the entries `doomed` picks, given each key and its user's id
+    /// (`None` for a rejection): O(entries), for rare administrative use.
+    fn evict_where(&self, doomed: impl Fn(&CacheKey, Option<i64>) -> bool) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         let keys: Vec<Arc<CacheKey>> = self
             .cache
             .iter()
-            .filter(|(key, cached)| doomed(key, cached))
+            .filter(|(key, id)| doomed(key, *id))
             .map(|(key, _)| key)
             .collect();
         for key in keys {

@@ -153,7 +153,10 @@ impl ResolverBuilder {
         }
     }
 
-    /// Cache capacity in entries (users and rejections). Default: 100 000.
+    /// Cache capacity in entries. The local tier keeps users and rejections apart (and users
+    /// with a deadline shorter than [`cache_ttl`](Self::cache_ttl), or every user while
+    /// [`serve_stale_for`](Self::serve_stale_for) is on, apart from the rest), each part holding
+    /// at most this many, so that a flood of one kind cannot evict the other. Default: 100 000.
     pub fn max_cache_entries(self, entries: u64) -> Self {
         ResolverBuilder {
             max_cache_entries: entries,

@@ -22,6 +22,8 @@ pub(crate) mod stats;
 
 use std::borrow::Cow;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +36,7 @@ pub use self::request::{ConnectRequest, Identity, JoinRequest};
 pub use self::stats::Stats;
 use self::stats::{Counter, Counters};
 use crate::auth_url::{AllowList, Endpoint};
-use crate::cache::{CacheKey, Cached, KeyRef, Lookup, Tiers};
+use crate::cache::{CacheKey, Cached, KeyRef, Lookup, Tiers, Verdict};
 use crate::error::{ErrorCode, ResolveError};
 use crate::telemetry;
 use crate::token;
@@ -68,7 +70,7 @@ struct Inner {
     /// Answers (users and rejections) in every tier, each with its own time to live.
     cache: Tiers,
     /// Calls under way, so concurrent resolutions of one key share one.
-    flights: Flights<Result<Cached, ResolveError>>,
+    flights: Flights<Result<Verdict, ResolveError>>,
     /// The HTTP call, with what admits it: the breakers and the slot limit.
     upstream: Upstream,
     /// Upper bound on how long a user is cached.
@@ -157,8 +159,11 @@ impl Resolver {
         auth_url: &str,
         access_token: &str,
     ) -> Result<Arc<User>, ResolveError> {
-        self.resolve_traced(Target::Url(auth_url), access_token)
-            .await
+        let target = Target::Url(auth_url);
+        match self.hit(target, access_token) {
+            Ok(user) => Ok(user),
+            Err(seen) => self.resolve_slow(target, access_token, seen).await,
+        }
     }
 
     /// Resolves the token a client sent on connect, against the default authUrl.
@@ -202,9 +207,13 @@ impl Resolver {
             return Ok(Identity::Anonymous);
         }
         let token = token.unwrap_or_default();
-        self.resolve_traced(target, token)
-            .await
-            .map(Identity::Authenticated)
+        match self.hit(target, token) {
+            Ok(user) => Ok(Identity::Authenticated(user)),
+            Err(seen) => self
+                .resolve_slow(target, token, seen)
+                .await
+                .map(Identity::Authenticated),
+        }
     }
 
     /// The identity behind an HTTP request's bearer token, for the axum integration: at
@@ -221,9 +230,11 @@ impl Resolver {
         if !self.inner.auth_required {
             return Ok(Identity::Anonymous);
         }
-        match token {
-            Ok(token) => self
-                .resolve_traced(auth_url.map_or(Target::Default, Target::Url), token)
+        let target = auth_url.map_or(Target::Default, Target::Url);
+        match token.map(|token| (token, self.hit(target, token))) {
+            Ok((_, Ok(user))) => Ok(Identity::Authenticated(user)),
+            Ok((token, Err(seen))) => self
+                .resolve_slow(target, token, seen)
                 .await
                 .map(Identity::Authenticated),
             Err(error) => {
@@ -233,25 +244,45 @@ impl Resolver {
         }
     }
 
-    /// One resolution in its span, counted in the metrics.
+    /// The usual case, answered in plain synchronous code before any future of the slow path
+    /// exists: a fresh cached user, counted. Anything else is `Err` with what the cache said,
+    /// if it was asked, for [`resolve_slow`](Self::resolve_slow) to go on from.
+    ///
+    /// Only while nothing listens at DEBUG, where the slow path's span would be disabled
+    /// anyway: a hit then has nothing to record.
+    #[inline(always)]
+    fn hit(&self, target: Target<'_>, token: &str) -> Result<Arc<User>, Option<Lookup>> {
+        if tracing::level_enabled!(tracing::Level::DEBUG) {
+            return Err(None);
+        }
+        let user = self.try_hit(target, token)?;
+        self.inner.resolutions.count_hit();
+        Ok(user)
+    }
+
+    /// Everything but a quiet hit, boxed: the slow path's state is some hundreds of bytes,
+    /// and a future that held it inline made every `resolve` of a cached token build, move and
+    /// drop it, about a sixth of a hit. A miss pays one allocation beside its upstream call.
+    fn resolve_slow<'a>(
+        &'a self,
+        target: Target<'a>,
+        token: &'a str,
+        seen: Option<Lookup>,
+    ) -> Pin<Box<impl Future<Output = Result<Arc<User>, ResolveError>> + Send + 'a>> {
+        Box::pin(self.resolve_traced(target, token, seen))
+    }
+
+    /// One resolution in its span, counted in the metrics; `seen` is the cache's answer when
+    /// [`hit`](Self::hit) already asked.
     async fn resolve_traced(
         &self,
         target: Target<'_>,
         token: &str,
+        seen: Option<Lookup>,
     ) -> Result<Arc<User>, ResolveError> {
-        // The usual case answered first, in plain synchronous code that hands back one
-        // pointer: going through `resolve_inner` moves its large `Resolution` (the error side is
-        // a whole `ResolveError`) through the stack, which cost a cache hit about a fifth of its
-        // time in store-to-load stalls. Only while nothing listens at DEBUG, where the span
-        // below would be disabled anyway (a hit then has nothing to record).
+        // Quiet: `hit` asked already (if the level changed since, the worst is one look-up
+        // more or the one `resolve_inner` makes).
         let quiet = !tracing::level_enabled!(tracing::Level::DEBUG);
-        let mut seen = None;
-        if quiet {
-            if let Some(user) = self.try_hit(target, token, &mut seen) {
-                self.inner.resolutions.count_hit();
-                return Ok(user);
-            }
-        }
         let span = tracing::debug_span!(
             "resolve",
             auth_host = Empty,
@@ -264,12 +295,17 @@ impl Resolver {
         // (each `record` looks its field up by name, even on a disabled span).
         if span.is_disabled() {
             // DEBUG is on for other targets only: the same fast answer.
-            if !quiet {
-                if let Some(user) = self.try_hit(target, token, &mut seen) {
-                    self.inner.resolutions.count_hit();
-                    return Ok(user);
+            let seen = if quiet {
+                seen
+            } else {
+                match self.try_hit(target, token) {
+                    Ok(user) => {
+                        self.inner.resolutions.count_hit();
+                        return Ok(user);
+                    }
+                    Err(seen) => seen,
                 }
-            }
+            };
             let result = self.resolve_inner(target, token, &span, seen).await;
             let label = match &result {
                 Ok((_, outcome)) => outcome.as_str(),
@@ -300,36 +336,28 @@ impl Resolver {
         result.map(|(user, _)| user).map_err(|(error, _)| error)
     }
 
-    /// A fresh cached user for `target` and `token`, counted as a hit; `None` for anything
+    /// A fresh cached user for `target` and `token`, counted as a hit; `Err` for anything
     /// else (a miss, a rejection, a refused authUrl or token), which `resolve_inner` then
-    /// works out and reports. What the cache said when it was not a hit is left in `seen`, so
-    /// that `resolve_inner` does not ask it again.
-    #[inline]
-    fn try_hit(
-        &self,
-        target: Target<'_>,
-        token: &str,
-        seen: &mut Option<Lookup>,
-    ) -> Option<Arc<User>> {
+    /// works out and reports. The `Err` holds what the cache said, when it was asked, so that
+    /// `resolve_inner` does not ask it again.
+    #[inline(always)]
+    fn try_hit(&self, target: Target<'_>, token: &str) -> Result<Arc<User>, Option<Lookup>> {
         let inner = &*self.inner;
         let endpoint = match target {
-            Target::Url(url) => inner.allow.check(url).ok()?,
-            Target::Default => Cow::Borrowed(inner.default_endpoint.as_ref()?),
+            Target::Url(url) => inner.allow.check(url).map_err(|_| None)?,
+            Target::Default => Cow::Borrowed(inner.default_endpoint.as_ref().ok_or(None)?),
         };
-        token::check_size(token).ok()?;
+        token::check_size(token).map_err(|_| None)?;
         let key = KeyRef {
             endpoint: &endpoint,
             token,
         };
         match inner.cache.lookup(&key) {
-            Lookup::Fresh(Cached::User { user, .. }) => {
+            Lookup::Fresh(Verdict::User(user)) => {
                 inner.counters.bump(Counter::Hits);
-                Some(user)
+                Ok(user)
             }
-            other => {
-                *seen = Some(other);
-                None
-            }
+            other => Err(Some(other)),
         }
     }
 
@@ -366,19 +394,19 @@ impl Resolver {
             token,
         };
         let stale = match seen.unwrap_or_else(|| inner.cache.lookup(&key)) {
-            Lookup::Fresh(Cached::User { user, .. }) => {
+            Lookup::Fresh(Verdict::User(user)) => {
                 inner.counters.bump(Counter::Hits);
                 return Ok((user, CacheOutcome::Hit));
             }
-            Lookup::Fresh(Cached::Rejected { status, .. }) => {
+            Lookup::Fresh(Verdict::Rejected(status)) => {
                 inner.counters.bump(Counter::NegativeHits);
                 return Err((rejected(&endpoint, status), Some(CacheOutcome::NegativeHit)));
             }
             Lookup::Stale(user) => Some(user),
             Lookup::Absent => None,
         };
-        // Boxed: the miss path's state is large, and a hit should not carry it.
-        Box::pin(self.resolve_miss(&endpoint, &key, stale)).await
+        // Not boxed again: the whole slow path is (`resolve_slow`).
+        self.resolve_miss(&endpoint, &key, stale).await
     }
 
     /// A resolution the cache could not answer: the syntax check, then the coalesced call,
@@ -407,8 +435,8 @@ impl Resolver {
             CacheOutcome::Coalesced
         };
         match result {
-            Ok(Cached::User { user, .. }) => Ok((user, outcome)),
-            Ok(Cached::Rejected { status, .. }) => Err((rejected(endpoint, status), Some(outcome))),
+            Ok(Verdict::User(user)) => Ok((user, outcome)),
+            Ok(Verdict::Rejected(status)) => Err((rejected(endpoint, status), Some(outcome))),
             // Only an unreachable API falls back; a rejection or a broken answer never does,
             // nor does an answer whose token has expired since.
             Err(error) => match stale {
@@ -441,10 +469,10 @@ impl Resolver {
         &self,
         endpoint: &Arc<Endpoint>,
         key: &KeyRef<'_>,
-    ) -> Result<Cached, ResolveError> {
+    ) -> Result<Verdict, ResolveError> {
         let inner = &*self.inner;
-        if let Some(cached) = inner.cache.recheck(key) {
-            return Ok(cached);
+        if let Some(verdict) = inner.cache.recheck(key) {
+            return Ok(verdict);
         }
         let generation = inner.cache.generation();
         if let Some(cached) = inner
@@ -454,7 +482,7 @@ impl Resolver {
             })
             .await
         {
-            return Ok(cached);
+            return Ok(cached.verdict());
         }
         let on_request = |usable: bool| {
             inner.counters.bump(Counter::UpstreamCalls);
@@ -473,7 +501,7 @@ impl Resolver {
             Reply::Rejected { status } => Cached::rejected(status, inner.negative_cache_ttl),
         };
         inner.cache.store(endpoint, key.token, &cached, generation);
-        Ok(cached)
+        Ok(cached.verdict())
     }
 
     /// The leeway on every `exp` ([`ResolverBuilder::clock_skew`]): a token whose expiry is `t`
