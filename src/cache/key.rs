@@ -6,9 +6,8 @@
 //! The other look-ups, off the hit path (the in-flight map, a std `HashMap` that knows only
 //! `Borrow`; moka's `invalidate` and `contains_key`), go through `Borrow<dyn KeyView>`, whose
 //! `dyn` calls had cost a hit some 10%. Both ways hash and compare through the same two
-//! functions. Keys hold the whole token, so two tokens
-//! never share an entry; a token of up to [`INLINE_TOKEN_BYTES`] is kept inside the key, without
-//! an allocation of its own.
+//! functions. Keys hold the whole token, so two tokens never share an entry; a token of up to
+//! [`INLINE_TOKEN_BYTES`] is kept inside the key, without an allocation of its own.
 //!
 //! # Hashing
 //!
