@@ -281,11 +281,11 @@ fn main() {
     let endpoint: Arc<str> = Arc::from(endpoint.as_str());
     for (what, moka) in [
         (
-            "bare moka, same types, one time_to_live (as the resolver)",
+            "bare moka, same key, a user and its deadline, one time_to_live",
             support::moka_cache(CAPACITY),
         ),
         (
-            "bare moka, same types, per-entry expiry (the resolver before)",
+            "bare moka, same key, a user and its deadline, per-entry expiry",
             moka::sync::Cache::builder()
                 .max_capacity(CAPACITY)
                 .expire_after(support::PerEntryTtl)
