@@ -9,6 +9,8 @@
 //! - [`builder`]: [`ResolverBuilder`], every setting and its default;
 //! - [`request`]: [`ConnectRequest`], [`JoinRequest`] and the [`Identity`] they resolve to;
 //! - [`expiry`]: how long an answer may be served, and when never again;
+//! - [`miss`]: a resolution the cache could not answer: the coalesced call, what is stored,
+//!   and the stale fallback;
 //! - [`flight`]: coalescing concurrent look-ups of one key into one call;
 //! - [`revoke`]: invalidation and the [`Revocation`](crate::Revocation) events it publishes;
 //! - [`stats`]: [`Stats`] and the striped counters behind it.
@@ -16,6 +18,7 @@
 pub(crate) mod builder;
 mod expiry;
 mod flight;
+mod miss;
 pub(crate) mod request;
 mod revoke;
 pub(crate) mod stats;
@@ -36,11 +39,11 @@ pub use self::request::{ConnectRequest, Identity, JoinRequest};
 pub use self::stats::Stats;
 use self::stats::{Counter, Counters};
 use crate::auth_url::{AllowList, Endpoint};
-use crate::cache::{CacheKey, Cached, KeyRef, Lookup, Tiers, Verdict};
-use crate::error::{ErrorCode, ResolveError};
+use crate::cache::{KeyRef, Lookup, Tiers, Verdict};
+use crate::error::ResolveError;
 use crate::telemetry;
 use crate::token;
-use crate::upstream::{Reply, Upstream};
+use crate::upstream::Upstream;
 use crate::user::User;
 
 /// Resolves access tokens to users by asking the integrator's `/api/user`, with a cache.
@@ -410,101 +413,6 @@ impl Resolver {
         self.resolve_miss(&endpoint, &key, stale).await
     }
 
-    /// A resolution the cache could not answer: the syntax check, then the coalesced call,
-    /// falling back to `stale` when the API is unreachable.
-    async fn resolve_miss(
-        &self,
-        endpoint: &Arc<Endpoint>,
-        key: &KeyRef<'_>,
-        stale: Option<Arc<User>>,
-    ) -> Resolution {
-        let inner = &*self.inner;
-        token::check_syntax(key.token).map_err(|e| (e, None))?;
-        let (result, ran) = inner
-            .flights
-            .run(
-                key,
-                || CacheKey::new(Arc::clone(endpoint), key.token),
-                || self.fetch(endpoint, key),
-            )
-            .await;
-        let outcome = if ran {
-            inner.counters.bump(Counter::Misses);
-            CacheOutcome::Miss
-        } else {
-            inner.counters.bump(Counter::Coalesced);
-            CacheOutcome::Coalesced
-        };
-        match result {
-            Ok(Verdict::User(user)) => Ok((user, outcome)),
-            Ok(Verdict::Rejected(status)) => Err((rejected(endpoint, status), Some(outcome))),
-            // Only an unreachable API falls back; a rejection or a broken answer never does,
-            // nor does an answer whose token has expired since.
-            Err(error) => match stale {
-                Some(user) if is_outage(&error) && !self.has_expired(&user) => {
-                    Ok((self.serve_stale(&user, &error), CacheOutcome::Stale))
-                }
-                _ => Err((error, Some(outcome))),
-            },
-        }
-    }
-
-    /// `user`, flagged stale, counted and logged: the answer while the API is unreachable.
-    fn serve_stale(&self, user: &User, error: &ResolveError) -> Arc<User> {
-        self.inner.counters.bump(Counter::StaleServed);
-        metrics::counter!(telemetry::STALE_SERVED_TOTAL).increment(1);
-        tracing::warn!(
-            user_id = user.id,
-            error = error.code().as_str(),
-            "serving a stale answer"
-        );
-        Arc::new(User {
-            stale: true,
-            ..user.clone()
-        })
-    }
-
-    /// The upstream call for one key, run once per flight: another flight's answer if one just
-    /// landed, else the shared tier's, else the API's; whatever the API answers is stored.
-    async fn fetch(
-        &self,
-        endpoint: &Arc<Endpoint>,
-        key: &KeyRef<'_>,
-    ) -> Result<Verdict, ResolveError> {
-        let inner = &*self.inner;
-        if let Some(verdict) = inner.cache.recheck(key) {
-            return Ok(verdict);
-        }
-        let generation = inner.cache.generation();
-        if let Some(cached) = inner
-            .cache
-            .read_through(endpoint, key.token, generation, |cached| {
-                inner.with_token_expiry(cached, key.token)
-            })
-            .await
-        {
-            return Ok(cached.verdict());
-        }
-        let on_request = |usable: bool| {
-            inner.counters.bump(Counter::UpstreamCalls);
-            if !usable {
-                inner.counters.bump(Counter::UpstreamErrors);
-            }
-        };
-        let cached = match inner
-            .upstream
-            .call(endpoint, key.token, &on_request)
-            .await?
-        {
-            Reply::User { user, freshness } => {
-                inner.until_expiry(user, key.token, freshness.ttl(inner.cache_ttl))
-            }
-            Reply::Rejected { status } => Cached::rejected(status, inner.negative_cache_ttl),
-        };
-        inner.cache.store(endpoint, key.token, &cached, generation);
-        Ok(cached.verdict())
-    }
-
     /// The leeway on every `exp` ([`ResolverBuilder::clock_skew`]): a token whose expiry is `t`
     /// is valid until `t` plus this.
     pub fn clock_skew(&self) -> Duration {
@@ -549,14 +457,7 @@ impl Resolver {
     }
 }
 
-/// Whether `error` says the API could not be reached, as opposed to what it answered.
-fn is_outage(error: &ResolveError) -> bool {
-    matches!(
-        error.code(),
-        ErrorCode::AuthUnavailable | ErrorCode::AuthTimeout
-    )
-}
-
+/// The error for a token the API at `endpoint` rejected with `status`.
 fn rejected(endpoint: &Endpoint, status: u16) -> ResolveError {
     ResolveError::TokenRejected {
         host: endpoint.host().to_owned(),

@@ -1,0 +1,120 @@
+//! A resolution the cache could not answer: the token's full syntax check, then one call per
+//! key for all concurrent callers (the shared tier's answer, or the API's), what is stored, and
+//! the stale answer served when the API cannot be reached.
+
+use std::sync::Arc;
+
+use super::stats::Counter;
+use super::{rejected, CacheOutcome, Resolution, Resolver};
+use crate::auth_url::Endpoint;
+use crate::cache::{CacheKey, Cached, KeyRef, Verdict};
+use crate::error::{ErrorCode, ResolveError};
+use crate::telemetry;
+use crate::token;
+use crate::upstream::Reply;
+use crate::user::User;
+
+impl Resolver {
+    /// A resolution the cache could not answer: the syntax check, then the coalesced call,
+    /// falling back to `stale` when the API is unreachable.
+    pub(super) async fn resolve_miss(
+        &self,
+        endpoint: &Arc<Endpoint>,
+        key: &KeyRef<'_>,
+        stale: Option<Arc<User>>,
+    ) -> Resolution {
+        let inner = &*self.inner;
+        token::check_syntax(key.token).map_err(|e| (e, None))?;
+        let (result, ran) = inner
+            .flights
+            .run(
+                key,
+                || CacheKey::new(Arc::clone(endpoint), key.token),
+                || self.fetch(endpoint, key),
+            )
+            .await;
+        let outcome = if ran {
+            inner.counters.bump(Counter::Misses);
+            CacheOutcome::Miss
+        } else {
+            inner.counters.bump(Counter::Coalesced);
+            CacheOutcome::Coalesced
+        };
+        match result {
+            Ok(Verdict::User(user)) => Ok((user, outcome)),
+            Ok(Verdict::Rejected(status)) => Err((rejected(endpoint, status), Some(outcome))),
+            // Only an unreachable API falls back; a rejection or a broken answer never does,
+            // nor does an answer whose token has expired since.
+            Err(error) => match stale {
+                Some(user) if is_outage(&error) && !self.has_expired(&user) => {
+                    Ok((self.serve_stale(&user, &error), CacheOutcome::Stale))
+                }
+                _ => Err((error, Some(outcome))),
+            },
+        }
+    }
+
+    /// `user`, flagged stale, counted and logged: the answer while the API is unreachable.
+    fn serve_stale(&self, user: &User, error: &ResolveError) -> Arc<User> {
+        self.inner.counters.bump(Counter::StaleServed);
+        metrics::counter!(telemetry::STALE_SERVED_TOTAL).increment(1);
+        tracing::warn!(
+            user_id = user.id,
+            error = error.code().as_str(),
+            "serving a stale answer"
+        );
+        Arc::new(User {
+            stale: true,
+            ..user.clone()
+        })
+    }
+
+    /// The upstream call for one key, run once per flight: another flight's answer if one just
+    /// landed, else the shared tier's, else the API's; whatever the API answers is stored.
+    async fn fetch(
+        &self,
+        endpoint: &Arc<Endpoint>,
+        key: &KeyRef<'_>,
+    ) -> Result<Verdict, ResolveError> {
+        let inner = &*self.inner;
+        if let Some(verdict) = inner.cache.recheck(key) {
+            return Ok(verdict);
+        }
+        let generation = inner.cache.generation();
+        if let Some(cached) = inner
+            .cache
+            .read_through(endpoint, key.token, generation, |cached| {
+                inner.with_token_expiry(cached, key.token)
+            })
+            .await
+        {
+            return Ok(cached.verdict());
+        }
+        let on_request = |usable: bool| {
+            inner.counters.bump(Counter::UpstreamCalls);
+            if !usable {
+                inner.counters.bump(Counter::UpstreamErrors);
+            }
+        };
+        let cached = match inner
+            .upstream
+            .call(endpoint, key.token, &on_request)
+            .await?
+        {
+            Reply::User { user, freshness } => {
+                inner.until_expiry(user, key.token, freshness.ttl(inner.cache_ttl))
+            }
+            Reply::Rejected { status } => Cached::rejected(status, inner.negative_cache_ttl),
+        };
+        inner.cache.store(endpoint, key.token, &cached, generation);
+        Ok(cached.verdict())
+    }
+}
+
+/// Whether `error` says the API could not be reached, as opposed to what it answered.
+fn is_outage(error: &ResolveError) -> bool {
+    matches!(
+        error.code(),
+        ErrorCode::AuthUnavailable | ErrorCode::AuthTimeout
+    )
+}
