@@ -151,7 +151,7 @@ impl Hash for KeyRef<'_> {
 
 impl moka::Equivalent<Key> for KeyRef<'_> {
     fn equivalent(&self, key: &Key) -> bool {
-        self.token.as_bytes() == &key.token[..] && self.endpoint == &*key.endpoint
+        (self as &dyn KeyView) == (key as &dyn KeyView)
     }
 }
 

@@ -258,9 +258,7 @@ impl Resolver {
         if tracing::level_enabled!(tracing::Level::DEBUG) {
             return Err(None);
         }
-        let user = self.try_hit(target, token)?;
-        self.inner.resolutions.count_hit();
-        Ok(user)
+        self.try_hit(target, token)
     }
 
     /// Everything but a quiet hit, boxed: the slow path's state is some 2,700 bytes, and the
@@ -303,10 +301,7 @@ impl Resolver {
                 seen
             } else {
                 match self.try_hit(target, token) {
-                    Ok(user) => {
-                        self.inner.resolutions.count_hit();
-                        return Ok(user);
-                    }
+                    Ok(user) => return Ok(user),
                     Err(seen) => seen,
                 }
             };
@@ -340,10 +335,10 @@ impl Resolver {
         result.map(|(user, _)| user).map_err(|(error, _)| error)
     }
 
-    /// A fresh cached user for `target` and `token`, counted as a hit; `Err` for anything
-    /// else (a miss, a rejection, a refused authUrl or token), which `resolve_inner` then
-    /// works out and reports. The `Err` holds what the cache said, when it was asked, so that
-    /// `resolve_inner` does not ask it again.
+    /// A fresh cached user for `target` and `token`, counted as a hit (in [`Stats`] and in the
+    /// resolutions metric); `Err` for anything else (a miss, a rejection, a refused authUrl or
+    /// token), which `resolve_inner` then works out and reports. The `Err` holds what the cache
+    /// said, when it was asked, so that `resolve_inner` does not ask it again.
     #[inline(always)]
     fn try_hit(&self, target: Target<'_>, token: &str) -> Result<Arc<User>, Option<Lookup>> {
         let inner = &*self.inner;
@@ -359,6 +354,7 @@ impl Resolver {
         match inner.cache.lookup(&key) {
             Lookup::Fresh(Verdict::User(user)) => {
                 inner.counters.bump(Counter::Hits);
+                inner.resolutions.count_hit();
                 Ok(user)
             }
             other => Err(Some(other)),
