@@ -9,6 +9,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::auth_url::Endpoint;
+
 /// The stable code of a [`ResolveError`]: what a game client shows or maps.
 ///
 /// The strings of [`as_str`](Self::as_str) are a contract and never change.
@@ -75,15 +77,17 @@ impl fmt::Display for ErrorCode {
     }
 }
 
-/// A shared, clonable cause: one failed upstream call answers every coalesced waiter.
-pub(crate) type Cause = Arc<dyn StdError + Send + Sync + 'static>;
-
 /// Why a token could not be resolved to a user.
 ///
 /// Cheap to clone: when many tasks wait on one upstream call, each gets the same error.
 /// [`code`](Self::code) gives the stable code, [`is_retryable`](Self::is_retryable) whether a
 /// later try can succeed. The message names the auth API's host and the HTTP status where there
 /// was one, never the token.
+///
+/// Five words, so that `Result<Arc<User>, ResolveError>` is too: every cache hit returns one,
+/// and at eight words it cost a hit some 2.5% more (`cargo bench --bench resolve`, the two
+/// builds alternated). Hence the one-pointer [`ApiHost`] and [`Cause`], and details as
+/// `Box<str>`.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ResolveError {
@@ -104,7 +108,7 @@ pub enum ResolveError {
     #[error("{}", rejected(host, *status))]
     TokenRejected {
         /// Host of the auth API.
-        host: String,
+        host: ApiHost,
         /// The status the API answered: 401 or 403, or 200 when it answered with an `exp`
         /// (or the token is a JWT whose `exp`) that had passed. A rejection served from the
         /// negative cache carries the status of the answer that was cached.
@@ -124,9 +128,9 @@ pub enum ResolveError {
     #[error("the auth API at {host} is unavailable: {detail}")]
     AuthUnavailable {
         /// Host of the auth API.
-        host: String,
+        host: ApiHost,
         /// What happened, e.g. `HTTP 503` or `connection refused`.
-        detail: String,
+        detail: Box<str>,
         /// The underlying transport error, if any.
         #[source]
         source: Option<Cause>,
@@ -136,7 +140,7 @@ pub enum ResolveError {
     #[error("the auth API at {host} did not answer within {timeout:?}")]
     AuthTimeout {
         /// Host of the auth API.
-        host: String,
+        host: ApiHost,
         /// The deadline that passed.
         timeout: Duration,
     },
@@ -146,9 +150,9 @@ pub enum ResolveError {
     #[error("the auth API at {host} broke the protocol: {detail}")]
     AuthBadResponse {
         /// Host of the auth API.
-        host: String,
+        host: ApiHost,
         /// What was wrong, e.g. `field "id" is a string, expected an integer`.
-        detail: String,
+        detail: Box<str>,
     },
 
     /// Every upstream slot stayed busy for `queue_timeout`. Retry shortly.
@@ -160,7 +164,7 @@ pub enum ResolveError {
 }
 
 /// The message of [`ResolveError::TokenRejected`].
-fn rejected(host: &str, status: u16) -> String {
+fn rejected(host: &ApiHost, status: u16) -> String {
     match status {
         200 => format!("the token has expired (the auth API at {host} says when); the player must log in again"),
         status => format!("the auth API at {host} rejected the token (HTTP {status}); the player must log in again"),
@@ -190,6 +194,102 @@ impl ResolveError {
     /// Whether the auth API itself said no to the token (`token_rejected`).
     pub fn is_rejected(&self) -> bool {
         self.code() == ErrorCode::TokenRejected
+    }
+}
+
+/// The auth API a [`ResolveError`] concerns, shown as its host (`auth.example.com`) and never
+/// its path, which a client's authUrl may choose.
+///
+/// One pointer, shared with the resolver's [`Endpoint`]: an error for a failed call copies no
+/// string, however many waiters it reaches.
+#[derive(Clone)]
+pub struct ApiHost(Arc<Endpoint>);
+
+impl ApiHost {
+    pub(crate) fn of(endpoint: &Arc<Endpoint>) -> ApiHost {
+        ApiHost(Arc::clone(endpoint))
+    }
+
+    /// The host, e.g. `auth.example.com`.
+    pub fn as_str(&self) -> &str {
+        self.0.host()
+    }
+}
+
+impl From<Arc<Endpoint>> for ApiHost {
+    fn from(endpoint: Arc<Endpoint>) -> Self {
+        ApiHost(endpoint)
+    }
+}
+
+impl From<Endpoint> for ApiHost {
+    fn from(endpoint: Endpoint) -> Self {
+        ApiHost(Arc::new(endpoint))
+    }
+}
+
+/// Equal when the hosts are: what the value shows is all it compares.
+impl PartialEq for ApiHost {
+    fn eq(&self, other: &ApiHost) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for ApiHost {}
+
+impl PartialEq<str> for ApiHost {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for ApiHost {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl fmt::Display for ApiHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for ApiHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+/// The transport failure under a [`ResolveError::AuthUnavailable`]: the HTTP client's error
+/// (refused, reset, TLS), without its URL. Its [`source`](StdError::source) goes on down the
+/// chain (to the I/O error, say).
+///
+/// One pointer, shared: a failed call's error reaches every coalesced waiter without a copy.
+#[derive(Clone)]
+pub struct Cause(Arc<reqwest::Error>);
+
+impl Cause {
+    pub(crate) fn new(error: reqwest::Error) -> Cause {
+        Cause(Arc::new(error.without_url()))
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Debug for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl StdError for Cause {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.0.source()
     }
 }
 
@@ -257,6 +357,24 @@ mod tests {
             retryable,
             ["auth_unavailable", "auth_timeout", "overloaded"]
         );
+    }
+
+    #[test]
+    fn a_resolution_result_is_at_most_five_words() {
+        // What every cache hit returns; see the type's doc for what eight words cost. A new
+        // field that pushes a variant past four words fails here.
+        let words = std::mem::size_of::<Result<Arc<crate::User>, ResolveError>>() / 8;
+        assert!(words <= 5, "{words} words");
+    }
+
+    #[test]
+    fn an_api_host_shows_the_host_alone() {
+        let host = ApiHost::from(Endpoint::parse("https://auth.example/game/x", false).unwrap());
+        assert_eq!(host.to_string(), "auth.example");
+        assert_eq!(format!("{host:?}"), "\"auth.example\"");
+        assert_eq!(host, "auth.example");
+        let elsewhere = Endpoint::parse("https://auth.example/other", false).unwrap();
+        assert_eq!(host, ApiHost::from(elsewhere), "compared by host alone");
     }
 
     #[test]

@@ -36,7 +36,8 @@
 //! - `token`: the token rule ([`check_syntax`]) and [`AccessToken`], which never prints itself.
 //! - [`answer`] (hidden): strict parsing of the `/api/user` answer and its `Cache-Control`.
 //! - `user`: [`User`] and its [`ExtraFields`].
-//! - `error`: [`ResolveError`], [`ErrorCode`], [`ConfigError`].
+//! - `error`: [`ResolveError`] (with the [`ApiHost`] and [`Cause`] it carries), [`ErrorCode`],
+//!   [`ConfigError`].
 //! - [`telemetry`]: the metric names this crate records.
 //!
 //! Integrations, for an embedder's own servers:
@@ -134,7 +135,7 @@ pub use auth_url::{AuthUrlError, Endpoint, MAX_AUTH_URL_BYTES};
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use cache::{RedisTier, RedisTierError};
 pub use cache::{Revocation, TokenFingerprint};
-pub use error::{ConfigError, ErrorCode, ResolveError};
+pub use error::{ApiHost, Cause, ConfigError, ErrorCode, ResolveError};
 pub use resolver::{ConnectRequest, Identity, JoinRequest, Resolver, ResolverBuilder, Stats};
 pub use token::{check_syntax, AccessToken, MAX_TOKEN_BYTES};
 pub use user::{Expiry, ExtraFields, User};

@@ -156,6 +156,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::auth_url::Endpoint;
 
     #[test]
     fn every_code_has_a_status_and_only_401s_have_a_challenge() {
@@ -169,8 +170,10 @@ mod tests {
     #[test]
     fn the_message_names_neither_the_host_nor_the_detail() {
         let error = ResolveError::AuthBadResponse {
-            host: "auth.internal.example".to_owned(),
-            detail: "field \"id\" is a string".to_owned(),
+            host: Endpoint::parse("https://auth.internal.example", false)
+                .unwrap()
+                .into(),
+            detail: "field \"id\" is a string".into(),
         };
         let rejection = AuthRejection::from(error);
         let shown = rejection.to_string();

@@ -40,7 +40,7 @@ pub use self::stats::Stats;
 use self::stats::{Counter, Counters};
 use crate::auth_url::{AllowList, Endpoint};
 use crate::cache::{KeyRef, Lookup, Tiers, Verdict};
-use crate::error::ResolveError;
+use crate::error::{ApiHost, ResolveError};
 use crate::telemetry;
 use crate::token;
 use crate::upstream::Upstream;
@@ -454,9 +454,9 @@ impl Resolver {
 }
 
 /// The error for a token the API at `endpoint` rejected with `status`.
-fn rejected(endpoint: &Endpoint, status: u16) -> ResolveError {
+fn rejected(endpoint: &Arc<Endpoint>, status: u16) -> ResolveError {
     ResolveError::TokenRejected {
-        host: endpoint.host().to_owned(),
+        host: ApiHost::of(endpoint),
         status,
     }
 }

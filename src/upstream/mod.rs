@@ -26,7 +26,7 @@ use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
 use self::breaker::{Admission, Breakers, Outcome};
 use crate::answer::{parse_cache_control, parse_user, Freshness};
 use crate::auth_url::Endpoint;
-use crate::error::ResolveError;
+use crate::error::{ApiHost, Cause, ResolveError};
 use crate::telemetry;
 use crate::user::User;
 
@@ -118,7 +118,7 @@ impl Upstream {
     /// slot came free, `auth_timeout`, or the answer's own error (`auth_bad_response`).
     pub(crate) async fn call(
         &self,
-        endpoint: &Endpoint,
+        endpoint: &Arc<Endpoint>,
         token: &str,
         on_request: &(dyn Fn(bool) + Sync),
     ) -> Result<Reply, ResolveError> {
@@ -174,7 +174,7 @@ impl Upstream {
     /// [`call`](Self::call), once past the first-contact gate.
     async fn call_admitted(
         &self,
-        endpoint: &Endpoint,
+        endpoint: &Arc<Endpoint>,
         token: &str,
         on_request: &(dyn Fn(bool) + Sync),
     ) -> Result<Reply, ResolveError> {
@@ -201,7 +201,7 @@ impl Upstream {
     /// The tries of one admitted call, within `request_timeout`.
     async fn tries(
         &self,
-        endpoint: &Endpoint,
+        endpoint: &Arc<Endpoint>,
         token: &str,
         on_request: &(dyn Fn(bool) + Sync),
         admission: Admission<'_>,
@@ -213,7 +213,7 @@ impl Upstream {
             let Ok(result) = tokio::time::timeout_at(deadline, once).await else {
                 admission.record(Outcome::Down);
                 return Err(ResolveError::AuthTimeout {
-                    host: endpoint.host().to_owned(),
+                    host: ApiHost::of(endpoint),
                     timeout: self.request_timeout,
                 });
             };
@@ -270,7 +270,7 @@ impl Upstream {
 
     async fn once(
         &self,
-        endpoint: &Endpoint,
+        endpoint: &Arc<Endpoint>,
         token: &str,
         on_request: &(dyn Fn(bool) + Sync),
     ) -> Result<Reply, TryError> {
@@ -289,10 +289,10 @@ impl Upstream {
     /// One request and its answer: the status (when one came) and what it means.
     async fn exchange(
         &self,
-        endpoint: &Endpoint,
+        endpoint: &Arc<Endpoint>,
         token: &str,
     ) -> Result<(StatusCode, Result<Reply, TryError>), TryError> {
-        let host = || endpoint.host().to_owned();
+        let host = || ApiHost::of(endpoint);
         // Built by hand rather than with `RequestBuilder`: `bearer_auth` formats the value
         // (two allocations) and `header(.., &str)` copies each static value into a new buffer;
         // reqwest then clones the header map twice per request, which costs less the fewer
@@ -319,7 +319,7 @@ impl Upstream {
                 retry_after: retry_after(response.headers()),
                 error: ResolveError::AuthUnavailable {
                     host: host(),
-                    detail: format!("HTTP {}", status.as_u16()),
+                    detail: format!("HTTP {}", status.as_u16()).into(),
                     source: None,
                 },
             }),
@@ -328,11 +328,12 @@ impl Upstream {
                 detail: format!(
                     "HTTP {} redirect; redirects are not followed",
                     status.as_u16()
-                ),
+                )
+                .into(),
             })),
             other => Err(TryError::Fatal(ResolveError::AuthBadResponse {
                 host: host(),
-                detail: format!("unexpected HTTP {other}; expected 200, 401 or 403"),
+                detail: format!("unexpected HTTP {other}; expected 200, 401 or 403").into(),
             })),
         };
         Ok((status, reply))
@@ -341,13 +342,13 @@ impl Upstream {
     /// Reads a 200 answer under the size cap and parses it.
     async fn read_user(
         &self,
-        endpoint: &Endpoint,
+        endpoint: &Arc<Endpoint>,
         mut response: Response,
     ) -> Result<Reply, TryError> {
         let bad = |detail: String| {
             TryError::Fatal(ResolveError::AuthBadResponse {
-                host: endpoint.host().to_owned(),
-                detail,
+                host: ApiHost::of(endpoint),
+                detail: detail.into(),
             })
         };
         let max = self.max_response_bytes;
@@ -419,19 +420,20 @@ fn count_request(status: Option<StatusCode>) {
 }
 
 /// The error of a call refused by an open circuit breaker.
-fn circuit_open(endpoint: &Endpoint, wait: Duration) -> ResolveError {
+fn circuit_open(endpoint: &Arc<Endpoint>, wait: Duration) -> ResolveError {
     ResolveError::AuthUnavailable {
-        host: endpoint.host().to_owned(),
+        host: ApiHost::of(endpoint),
         detail: format!(
             "its circuit breaker is open after repeated failures; the next try is in {} ms",
             wait.as_millis()
-        ),
+        )
+        .into(),
         source: None,
     }
 }
 
 /// A failure to get an answer at all: connect, DNS, TLS, reset, or the body cut short.
-fn transport_error(endpoint: &Endpoint, e: reqwest::Error) -> TryError {
+fn transport_error(endpoint: &Arc<Endpoint>, e: reqwest::Error) -> TryError {
     let detail = if e.is_connect() {
         "could not connect (refused, DNS, TLS or connect timeout)"
     } else if e.is_body() || e.is_decode() {
@@ -442,9 +444,9 @@ fn transport_error(endpoint: &Endpoint, e: reqwest::Error) -> TryError {
     TryError::Transient {
         retry_after: None,
         error: ResolveError::AuthUnavailable {
-            host: endpoint.host().to_owned(),
-            detail: detail.to_owned(),
-            source: Some(std::sync::Arc::new(e.without_url())),
+            host: ApiHost::of(endpoint),
+            detail: detail.into(),
+            source: Some(Cause::new(e)),
         },
     }
 }
