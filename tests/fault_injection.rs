@@ -9,6 +9,7 @@
 
 mod support;
 
+use std::error::Error as _;
 use std::time::Duration;
 
 use support::{
@@ -89,8 +90,20 @@ async fn a_content_length_longer_than_the_body_then_close_is_unavailable() {
 async fn a_reset_mid_body_is_unavailable() {
     // Pins down section 4: a reset -> auth_unavailable, after the retry.
     let server = RawServer::start(reset_mid_body).await;
-    fails(&server.url(), ErrorCode::AuthUnavailable).await;
+    let (error, _) = fails(&server.url(), ErrorCode::AuthUnavailable).await;
     assert_eq!(server.requests(), 2, "one try and one retry");
+    // The HTTP client's error is kept as the source, and the chain goes on down to the reset.
+    let cause = error.source().expect("a transport failure has a source");
+    assert!(cause.is::<token_resolver::Cause>(), "{cause:?}");
+    let mut chain = cause.source();
+    let mut reset = false;
+    while let Some(inner) = chain {
+        reset |= inner
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset);
+        chain = inner.source();
+    }
+    assert!(reset, "no ConnectionReset under {cause:?}");
 }
 
 #[tokio::test]
