@@ -95,14 +95,11 @@ async fn a_reset_mid_body_is_unavailable() {
     // The HTTP client's error is kept as the source, and the chain goes on down to the reset.
     let cause = error.source().expect("a transport failure has a source");
     assert!(cause.is::<token_resolver::Cause>(), "{cause:?}");
-    let mut chain = cause.source();
-    let mut reset = false;
-    while let Some(inner) = chain {
-        reset |= inner
+    let reset = std::iter::successors(cause.source(), |inner| (*inner).source()).any(|inner| {
+        inner
             .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset);
-        chain = inner.source();
-    }
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset)
+    });
     assert!(reset, "no ConnectionReset under {cause:?}");
 }
 
