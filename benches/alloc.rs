@@ -16,7 +16,7 @@
 //! allocator would slow every other bench down). `-- --hits-only` runs only the hit loops, for
 //! `valgrind --tool=callgrind`.
 
-mod support;
+use token_resolver_support::bench as support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

@@ -12,7 +12,7 @@
 //!
 //! `cargo bench --bench axum --features axum`; `docs/axum.md` has numbers.
 
-mod support;
+use token_resolver_support::bench as support;
 
 use std::hint::black_box;
 use std::sync::Arc;

@@ -22,7 +22,7 @@
 //! The upstream runs on its own thread and runtime, so that it does not take the measured
 //! runtime's workers; both share the machine's 2 cores. `cargo bench --bench miss`.
 
-mod support;
+use token_resolver_support::bench as support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

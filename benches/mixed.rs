@@ -9,7 +9,7 @@
 //! tasks. The upstream answers every token with a user (`max-age=3600`) from its own thread.
 //! `cargo bench --bench mixed`.
 
-mod support;
+use token_resolver_support::bench as support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -15,7 +15,7 @@
 //! `cargo bench --bench nginx_peer`; skipped with a note where `nginx` is not installed
 //! (`apt-get install nginx`).
 
-mod support;
+use token_resolver_support::bench as support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -30,9 +30,9 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use token_resolver::axum::Authenticated;
-use token_resolver::player::IntegratorClient;
-use token_resolver::reference_api::{ApiConfig, ReferenceApi};
 use token_resolver::Resolver;
+use token_resolver_player::IntegratorClient;
+use token_resolver_reference_api::{ApiConfig, ReferenceApi};
 
 use support::LoopbackServer;
 

@@ -22,7 +22,7 @@
 //!
 //! `cargo bench --bench resolve`; `docs/performance.md` has numbers.
 
-mod support;
+use token_resolver_support::bench as support;
 
 use std::hash::BuildHasher;
 use std::hint::black_box;

@@ -8,13 +8,7 @@
 //! Needs `redis-server` (and `redis-cli` for the cluster) on the PATH; without them the group,
 //! or the cluster row, is skipped with a note.
 
-#[path = "../tests/support/redis_cluster.rs"]
-mod redis_cluster;
-#[path = "../tests/support/redis_server.rs"]
-mod redis_server;
-#[path = "../tests/support/redis_tls.rs"]
-mod redis_tls;
-mod support;
+use token_resolver_support::bench as support;
 
 use std::time::Duration;
 
@@ -27,7 +21,7 @@ use support::{runtime, token, Upstream, UpstreamConfig};
 const SECRET: &str = "bench-secret-of-32-bytes-length!";
 
 fn tiers(c: &mut Criterion) {
-    let Some(redis) = redis_server::RedisServer::start() else {
+    let Some(redis) = token_resolver_support::redis::RedisServer::start() else {
         return;
     };
     let rt = runtime();
@@ -49,7 +43,8 @@ fn tiers(c: &mut Criterion) {
         .build()
         .unwrap();
     let no_cache = builder().max_cache_entries(0).build().unwrap();
-    let tls = redis_tls::RedisTls::start(&[]).expect("redis-server is installed");
+    let tls =
+        token_resolver_support::redis::RedisTls::start(&[]).expect("redis-server is installed");
     let tls_tier = || {
         RedisTier::new(tls.url(""), SECRET)
             .root_certificate(&tls.ca_pem)
@@ -61,8 +56,8 @@ fn tiers(c: &mut Criterion) {
         .shared_cache(tls_tier())
         .build()
         .unwrap();
-    let cluster = redis_cluster::RedisCluster::start(0);
-    let cluster_nodes = |cluster: &redis_cluster::RedisCluster| {
+    let cluster = token_resolver_support::redis::RedisCluster::start(0);
+    let cluster_nodes = |cluster: &token_resolver_support::redis::RedisCluster| {
         let tier =
             RedisTier::cluster(cluster.urls(), SECRET).op_timeout(Duration::from_millis(200));
         (

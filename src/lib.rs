@@ -117,18 +117,6 @@ mod user;
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod axum;
-#[cfg(feature = "reference-api")]
-#[cfg_attr(docsrs, doc(cfg(feature = "reference-api")))]
-pub mod check;
-#[cfg(feature = "reference-api")]
-#[cfg_attr(docsrs, doc(cfg(feature = "reference-api")))]
-pub mod game_server;
-pub mod player;
-#[cfg(feature = "reference-api")]
-#[cfg_attr(docsrs, doc(cfg(feature = "reference-api")))]
-pub mod reference_api;
-#[cfg(feature = "reference-api")]
-mod server_task;
 
 pub use auth_url::{AuthUrlError, Endpoint, MAX_AUTH_URL_BYTES};
 #[cfg(feature = "redis")]
@@ -142,12 +130,7 @@ pub use user::{Expiry, ExtraFields, User};
 
 /// The README's Rust examples compile as doctests (they use the companion products, the shared
 /// tier and the axum integration).
-#[cfg(all(
-    doctest,
-    feature = "reference-api",
-    feature = "redis",
-    feature = "axum"
-))]
+#[cfg(all(doctest, feature = "redis", feature = "axum"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 

@@ -1,8 +1,9 @@
 //! The axum integration over real HTTP: an axum app on loopback using the extractors and the
 //! layer, called with reqwest, resolving against a scripted upstream on loopback. Bad input,
 //! every error code's answer, the layer, and auth switched off.
+#![cfg(feature = "axum")]
 
-mod support;
+use token_resolver_support as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

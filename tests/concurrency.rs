@@ -2,7 +2,7 @@
 //! resolutions of one token make one call, distinct tokens one each, and the number of calls in
 //! flight never exceeds `max_concurrent_requests`.
 
-mod support;
+use token_resolver_support as support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! answer's `exp` and a JWT's `exp` cap how long an answer is trusted (with the clock skew as
 //! leeway), and every invalidation is told to subscribers, naming tokens without carrying them.
 
-mod support;
+use token_resolver_support as support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

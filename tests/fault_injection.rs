@@ -7,7 +7,7 @@
 //! the transport faults (stalls, trickles, endless and cut bodies, resets, untrusted TLS) and
 //! the time bound on every case.
 
-mod support;
+use token_resolver_support as support;
 
 use std::error::Error as _;
 use std::time::Duration;

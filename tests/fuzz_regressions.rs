@@ -2,8 +2,7 @@
 //! entries worth keeping, and every crash a fuzzer found) replayed through the same property
 //! checks the fuzz targets run, on the stable toolchain, on every `cargo test`.
 
-#[path = "../fuzz/properties.rs"]
-mod properties;
+use token_resolver_support::properties;
 
 use std::path::PathBuf;
 

@@ -6,7 +6,7 @@
 //! capacity, and once the upstream recovers every token resolves. Sized to finish in seconds in
 //! a debug build on 2 cores.
 
-mod support;
+use token_resolver_support as support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

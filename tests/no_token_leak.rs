@@ -2,7 +2,7 @@
 //! TRACE subscriber that captures everything (the crate's spans and reqwest's and hyper's own
 //! logs) and a recording metrics recorder, then both are searched for the token.
 
-mod support;
+use token_resolver_support as support;
 
 use support::{login_and_take_token, reference_api, respond, Scripted};
 use token_resolver::{telemetry, ConnectRequest, JoinRequest};

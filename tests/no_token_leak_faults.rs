@@ -8,7 +8,7 @@
 //!
 //! A test binary of its own: it installs the process-wide subscriber and recorder.
 
-mod support;
+use token_resolver_support as support;
 
 use std::error::Error as _;
 use std::time::Duration;

@@ -3,8 +3,7 @@
 //! misses, Cache-Control lists, tokens around the size limit, and authUrls assembled from
 //! hostile parts. Runs on the stable toolchain on every `cargo test`.
 
-#[path = "../fuzz/properties.rs"]
-mod properties;
+use token_resolver_support::properties;
 
 use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;

@@ -1,7 +1,7 @@
 //! Serving stale answers through an outage (`serve_stale_for`) and the per-API circuit breaker,
 //! against a real upstream on loopback that the test switches between healthy and failing.
 
-mod support;
+use token_resolver_support as support;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;

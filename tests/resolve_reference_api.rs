@@ -1,7 +1,7 @@
 //! The resolver against the reference integrator API over real loopback HTTP: the seed's flow
 //! from login to a verified user, caching, rejection and invalidation.
 
-mod support;
+use token_resolver_support as support;
 
 use std::time::Duration;
 
@@ -184,7 +184,7 @@ async fn a_token_taken_for_a_short_lifetime_carries_its_expiry_to_the_user() {
     // Pins down IntegratorClient::fetch_access_token_for and the answer's exp: the user the
     // resolver returns expires when the token does, not at the session's default lifetime.
     let api = reference_api().await;
-    let mut client = token_resolver::player::IntegratorClient::new(api.base_url()).unwrap();
+    let mut client = token_resolver_player::IntegratorClient::new(api.base_url()).unwrap();
     client.login_password("carol", "carolina").await.unwrap();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

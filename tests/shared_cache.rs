@@ -1,9 +1,8 @@
 //! The shared Redis tier against a real `redis-server` on a free loopback port: two resolvers
 //! in one process act as two game-server nodes, and API calls are counted at the API.
+#![cfg(feature = "redis")]
 
-#[path = "support/redis_server.rs"]
-mod redis_server;
-mod support;
+use token_resolver_support as support;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -11,11 +10,11 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 
-use redis_server::RedisServer;
 use support::{login_and_take_token, reference_api, resolver_for, Scripted};
-use token_resolver::reference_api::RunningApi;
 use token_resolver::RedisTier;
 use token_resolver::{ErrorCode, Resolver};
+use token_resolver_reference_api::RunningApi;
+use token_resolver_support::redis::RedisServer;
 
 const SECRET: &str = "test-secret-of-32-bytes-length!!";
 
@@ -346,58 +345,6 @@ async fn a_node_re_subscribes_after_redis_restarts() {
     a.invalidate(&api.url(), "t");
     eventually("B evicts the token", || b.stats().entries == 0).await;
     drop(redis);
-}
-
-/// A `token-resolver game-server` process sharing `redis`.
-struct Node(support::GameServerProcess);
-
-impl Node {
-    async fn start(api_url: &str, redis: &RedisServer) -> Node {
-        let args = ["--auth-url", api_url, "--redis-url", &redis.url()];
-        Node(
-            support::GameServerProcess::start(&args, &[("TOKEN_RESOLVER_REDIS_SECRET", SECRET)])
-                .await,
-        )
-    }
-
-    /// Joins the arena (protected by the default authUrl) with `token`; the user's name.
-    async fn join_arena(&self, token: &str) -> String {
-        use token_resolver::game_server::GameClient;
-        use token_resolver::player::RoomJoinArgs;
-        let mut client = GameClient::open(self.0.addr).await.unwrap();
-        let rooms = client.search_rooms().await.unwrap();
-        let arena = rooms
-            .iter()
-            .find(|r| r.room_id == "arena")
-            .expect("an arena");
-        let joined = client
-            .join(&RoomJoinArgs::new(arena, Default::default()), Some(token))
-            .await
-            .unwrap();
-        joined.user.expect("auth is on").name
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_game_server_processes_share_one_redis() {
-    // Pins down the deployment the tier exists for: a player joins on one game-server process,
-    // then on another, and the integrator's API is called once.
-    let Some(redis) = RedisServer::start() else {
-        return;
-    };
-    let api = reference_api().await;
-    let token = login_and_take_token(&api.base_url(), "alice", "wonderland").await;
-    let one = Node::start(&api.base_url(), &redis).await;
-    let two = Node::start(&api.base_url(), &redis).await;
-
-    assert_eq!(one.join_arena(&token).await, "Alice");
-    eventually("node one's answer reaches Redis", || redis.key_count() > 0).await;
-    assert_eq!(two.join_arena(&token).await, "Alice");
-    assert_eq!(
-        api.api().user_requests(),
-        1,
-        "the second process answered from Redis"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,20 +1,17 @@
 //! The shared Redis tier on a real three-master Redis Cluster on free loopback ports (made
 //! with `redis-cli --cluster create`): two resolvers in one process act as two game-server
 //! nodes; masters are killed, nodes are missing at start, and a slot is resharded mid-run.
+#![cfg(feature = "redis")]
 
-#[path = "support/redis_cluster.rs"]
-mod redis_cluster;
-#[path = "support/redis_server.rs"]
-mod redis_server;
-mod support;
+use token_resolver_support as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis_cluster::RedisCluster;
 use support::{resolver_for, Scripted};
 use token_resolver::{RedisTier, Resolver};
+use token_resolver_support::redis::RedisCluster;
 
 const SECRET: &str = "test-secret-of-32-bytes-length!!";
 
@@ -191,7 +188,12 @@ async fn half_the_node_list_down_at_start_costs_nothing() {
         return;
     };
     let dead: Vec<String> = (0..3)
-        .map(|_| format!("redis://127.0.0.1:{}", redis_server::free_port()))
+        .map(|_| {
+            format!(
+                "redis://127.0.0.1:{}",
+                token_resolver_support::redis::free_port()
+            )
+        })
         .collect();
     let live = cluster.urls();
     let urls: Vec<String> = dead

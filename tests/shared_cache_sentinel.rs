@@ -1,20 +1,17 @@
 //! The shared Redis tier behind Sentinel, against a real group on free loopback ports (one
 //! master, one replica, three sentinels): two resolvers in one process act as two game-server
 //! nodes, and the test kills the master mid-run.
+#![cfg(feature = "redis")]
 
-#[path = "support/redis_sentinel.rs"]
-mod redis_sentinel;
-#[path = "support/redis_server.rs"]
-mod redis_server;
-mod support;
+use token_resolver_support as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis_sentinel::{SentinelGroup, MASTER};
 use support::{resolver_for, Scripted};
 use token_resolver::{RedisTier, RedisTierError, Resolver};
+use token_resolver_support::redis::{SentinelGroup, MASTER};
 
 const SECRET: &str = "test-secret-of-32-bytes-length!!";
 

@@ -2,14 +2,11 @@
 //! `add_root_certificate`, `tls_built_in_roots(false)`, HTTP/2 through ALPN, and the API's
 //! injected service time.
 
-#[path = "support/tls_api.rs"]
-mod tls_api;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tls_api::TlsApi;
 use token_resolver::{ErrorCode, Resolver, ResolverBuilder};
+use token_resolver_support::TlsApi;
 
 fn builder(api: &TlsApi) -> ResolverBuilder {
     Resolver::builder()
@@ -115,14 +112,11 @@ async fn the_injected_latency_delays_every_user_answer() {
     assert!(started.elapsed() < Duration::from_millis(100));
 }
 
-#[path = "support/silent_tcp.rs"]
-mod silent_tcp;
-
 #[tokio::test]
 async fn with_http2_calls_waiting_for_a_first_contact_that_hangs_go_after_queue_timeout() {
     // Pins down the first-contact gate's bound: an API that never completes a handshake must
     // not make the waiting calls try one after another (4 x 1 s), only side by side.
-    let silent = silent_tcp::SilentTcp::start().await;
+    let silent = token_resolver_support::SilentTcp::start().await;
     let base = format!("https://{}", silent.addr);
     let resolver = Resolver::builder()
         .default_auth_url(&base)

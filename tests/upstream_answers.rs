@@ -1,7 +1,7 @@
 //! Every status, header and body case of SPEC.md sections 3-5 against a scripted upstream on
 //! loopback, each asserting the exact error code and how many requests reached the server.
 
-mod support;
+use token_resolver_support as support;
 
 use std::time::{Duration, Instant};
 

@@ -1,8 +1,8 @@
-//! The `/api/user` answer parser and Cache-Control: see `check_answer` in `../properties.rs`
-//! for the properties and `fuzz_answer` for the input format.
+//! The `/api/user` answer parser and Cache-Control: `check_answer` in the support crate's
+//! `properties` (crates/support/src/properties.rs) holds the properties, `fuzz_answer` the
+//! input format.
 #![no_main]
 
-#[path = "../properties.rs"]
-mod properties;
+use token_resolver_support::properties;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| properties::fuzz_answer(data));

@@ -1,8 +1,8 @@
-//! authUrl parsing, normalisation and allowlist matching (an allowed URL and a candidate); see
-//! `check_auth_url` in `../properties.rs` for the properties and `fuzz_auth_url` for the input.
+//! authUrl parsing, normalisation and allowlist matching (an allowed URL and a candidate):
+//! `check_auth_url` in the support crate's `properties` (crates/support/src/properties.rs)
+//! holds the properties, `fuzz_auth_url` the input format.
 #![no_main]
 
-#[path = "../properties.rs"]
-mod properties;
+use token_resolver_support::properties;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| properties::fuzz_auth_url(data));

@@ -1,8 +1,7 @@
-//! `RoomInfo::auth_url()` from arbitrary `node_properties`; see `check_room_auth_url` in
-//! `../properties.rs`.
+//! `RoomInfo::auth_url()` from arbitrary `node_properties`: `check_room_auth_url` in the
+//! support crate's `properties` (crates/support/src/properties.rs) holds the properties.
 #![no_main]
 
-#[path = "../properties.rs"]
-mod properties;
+use token_resolver_support::properties;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| properties::fuzz_room_auth_url(data));

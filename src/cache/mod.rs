@@ -18,8 +18,9 @@ pub(crate) mod local;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(not(feature = "redis"))]
-#[path = "without_redis.rs"]
-mod redis;
+mod without_redis;
+#[cfg(not(feature = "redis"))]
+use without_redis as redis;
 mod revocation;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,0 +1,295 @@
+//! `token-resolver game-server`: a game server embedding the resolver, built from flags (and
+//! `--config FILE`), with an optional admin listener, a banner on stdout, until SIGTERM or
+//! Ctrl-C, which drain it.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use token_resolver::{RedisTier, Resolver};
+use token_resolver_game_server::telemetry::Metrics;
+use token_resolver_game_server::{
+    AdminConfig, AdminSecret, GameServer, GameServerConfig, RoomConfig, RunningAdmin,
+    RunningGameServer, WebSocketConfig,
+};
+
+use super::redis::{check_at_start, RedisArgs};
+
+/// `game-server` arguments.
+#[derive(Debug, Args)]
+pub(crate) struct GameServerArgs {
+    /// A TOML file of settings: its keys are these flags' long names (`auth-url = "…"`,
+    /// `allow-auth-url = ["…"]`); a flag given here wins over the file.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7350")]
+    pub(crate) listen: SocketAddr,
+    /// Address of the WebSocket listener (GET /ws; one message per text frame); off unless
+    /// given.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) ws_listen: Option<SocketAddr>,
+    /// A browser origin allowed to open WebSocket sessions, e.g. https://play.example.com
+    /// (repeatable); a browser from any other origin is refused with 403.
+    #[arg(long, value_name = "ORIGIN", requires = "ws_listen")]
+    pub(crate) allow_origin: Vec<String>,
+    /// Address of the admin listener (/metrics, /healthz, /readyz); off unless given. Keep it
+    /// on loopback or a private network.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) admin_listen: Option<SocketAddr>,
+    /// Seconds a draining server (SIGTERM, Ctrl-C) lets sessions finish before it cuts them.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub(crate) drain_secs: u64,
+    /// The default authUrl ("user resource acquisition API URL"): for connects and rooms
+    /// without one. Required while auth is required.
+    #[arg(long, value_name = "URL")]
+    pub(crate) auth_url: Option<String>,
+    /// A further authUrl rooms may name (repeatable); every room's authUrl must be allowed.
+    #[arg(long, value_name = "URL")]
+    pub(crate) allow_auth_url: Vec<String>,
+    /// JSON list of rooms: [{"roomId": "arena", "authUrl": "https://..."}]; without it, a
+    /// lobby (no authUrl) and an arena protected by --auth-url.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) rooms: Option<PathBuf>,
+    /// The options-screen switch: false makes connects and joins anonymous, with no call.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) auth_required: bool,
+    /// Permit http:// to non-loopback auth APIs (sends tokens in the clear).
+    #[arg(long)]
+    pub(crate) allow_insecure_http: bool,
+    /// Connections open at once; more are refused with server_busy.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub(crate) max_connections: usize,
+    /// Seconds a connection may stay silent before it is closed.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub(crate) idle_timeout: u64,
+    /// Host that rooms advertise to clients (default: the listening IP).
+    #[arg(long, value_name = "HOST")]
+    pub(crate) advertise_host: Option<String>,
+    /// Leeway, in seconds, on every token expiry (an answer's `exp`, a JWT's `exp`): a token
+    /// is valid until its expiry plus this, and a session is asked to refresh then.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub(crate) clock_skew: u64,
+    /// Seconds a session whose token expired has to send a refresh after reauth_required.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub(crate) reauth_grace: u64,
+    /// Re-resolve each session's tokens every SECS seconds (through the cache) and close the
+    /// sessions whose token is rejected; off unless given.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) revalidate: Option<u64>,
+    /// The shared cache tier on Redis.
+    #[command(flatten)]
+    pub(crate) redis: RedisArgs,
+}
+
+/// Serves until SIGTERM or Ctrl-C, then drains and exits 0; exit 2 on a usage error (a shared
+/// tier that cannot work included), 1 when a port cannot be bound.
+pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
+    let (running, admin) = match start(&args).await {
+        Ok(started) => started,
+        Err(failed) => {
+            eprintln!("error: {}", failed.message);
+            return ExitCode::from(failed.exit);
+        }
+    };
+    // Written with errors ignored: a closed stdout must not stop the server.
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(banner(&args, &running, admin.as_ref()).as_bytes());
+    let _ = stdout.flush();
+    drop(stdout);
+    stop_signal().await;
+    running.drain(Duration::from_secs(args.drain_secs)).await;
+    if let Some(admin) = admin {
+        admin.shutdown().await;
+    }
+    ExitCode::SUCCESS
+}
+
+/// Why the server did not start: what to print, and the exit code.
+struct StartFailed {
+    message: String,
+    exit: u8,
+}
+
+impl StartFailed {
+    /// A usage error (exit 2): a flag, the environment or the shared tier is wrong.
+    fn usage(message: impl Into<String>) -> Self {
+        StartFailed {
+            message: message.into(),
+            exit: 2,
+        }
+    }
+
+    /// The process cannot do its job (exit 1): a port cannot be bound, a recorder installed.
+    fn fatal(message: impl Into<String>) -> Self {
+        StartFailed {
+            message: message.into(),
+            exit: 1,
+        }
+    }
+}
+
+/// Everything up to serving: the metrics recorder, the secrets, the shared tier, the game
+/// listener, the WebSocket listener and the admin listener, in that order.
+async fn start(
+    args: &GameServerArgs,
+) -> Result<(RunningGameServer, Option<RunningAdmin>), StartFailed> {
+    // Before anything records a metric: the resolver registers its counters with the recorder
+    // installed at its first resolution.
+    let metrics = Metrics::install().map_err(|e| StartFailed::fatal(e.to_string()))?;
+    let revoke_secret = admin_secret().map_err(StartFailed::usage)?;
+    let tier = args.redis.tier().map_err(StartFailed::usage)?;
+    if let Some(tier) = &tier {
+        check_at_start(tier)
+            .await
+            .map_err(|e| StartFailed::usage(format!("shared cache (Redis): {e}")))?;
+    }
+    let server = server(args, tier).map_err(StartFailed::usage)?;
+    let mut running = server
+        .spawn(args.listen)
+        .await
+        .map_err(|e| StartFailed::fatal(format!("cannot listen on {}: {e}", args.listen)))?;
+    if let Some(addr) = args.ws_listen {
+        let config = WebSocketConfig {
+            allowed_origins: args.allow_origin.clone(),
+            ..WebSocketConfig::default()
+        };
+        running.listen_websocket(addr, config).await.map_err(|e| {
+            StartFailed::fatal(format!("cannot listen on {addr} (--ws-listen): {e}"))
+        })?;
+    }
+    let Some(addr) = args.admin_listen else {
+        return Ok((running, None));
+    };
+    let config = AdminConfig {
+        metrics: Some(metrics),
+        revoke_secret,
+        ..AdminConfig::default()
+    };
+    let admin = running.spawn_admin(addr, config).await.map_err(|e| {
+        StartFailed::fatal(format!("cannot listen on {addr} (--admin-listen): {e}"))
+    })?;
+    Ok((running, Some(admin)))
+}
+
+/// The secret of `POST /admin/revoke`, from `TOKEN_RESOLVER_ADMIN_TOKEN`; none when unset
+/// (revocation is off), a usage error when too short.
+fn admin_secret() -> Result<Option<AdminSecret>, String> {
+    match std::env::var("TOKEN_RESOLVER_ADMIN_TOKEN") {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err("TOKEN_RESOLVER_ADMIN_TOKEN is not valid UTF-8".to_owned())
+        }
+        Ok(secret) => AdminSecret::new(secret)
+            .map(Some)
+            .map_err(|e| format!("TOKEN_RESOLVER_ADMIN_TOKEN: {e}")),
+    }
+}
+
+/// SIGTERM (what an orchestrator sends) or Ctrl-C.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// The game server the flags describe; a usage error names the flag at fault.
+fn server(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<GameServer, String> {
+    let rooms = match &args.rooms {
+        Some(path) => RoomConfig::load(path).map_err(|e| e.to_string())?,
+        None => RoomConfig::defaults(args.auth_url.as_deref()),
+    };
+    if args.auth_required {
+        let allowed: Vec<&str> = args
+            .auth_url
+            .iter()
+            .chain(&args.allow_auth_url)
+            .map(String::as_str)
+            .collect();
+        let uncovered = RoomConfig::uncovered_auth_urls(&rooms, &allowed, args.allow_insecure_http);
+        if let Some(url) = uncovered.first() {
+            return Err(format!(
+                "room authUrl {url:?} is not allowed, so every join to its room would fail: add --allow-auth-url {url}"
+            ));
+        }
+    }
+    let config = GameServerConfig {
+        rooms,
+        max_connections: args.max_connections,
+        idle_timeout: Duration::from_secs(args.idle_timeout),
+        advertised_host: args.advertise_host.clone(),
+        reauth_grace: Duration::from_secs(args.reauth_grace),
+        revalidate: args.revalidate.map(Duration::from_secs),
+        ..GameServerConfig::default()
+    };
+    GameServer::new(resolver(args, tier)?, config).map_err(|e| e.to_string())
+}
+
+/// The resolver the flags describe, with the shared tier when one is given.
+fn resolver(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<Resolver, String> {
+    let mut builder = Resolver::builder()
+        .auth_required(args.auth_required)
+        .allow_insecure_http(args.allow_insecure_http)
+        .clock_skew(Duration::from_secs(args.clock_skew));
+    if let Some(url) = &args.auth_url {
+        builder = builder.default_auth_url(url);
+    }
+    for url in &args.allow_auth_url {
+        builder = builder.allow_auth_url(url);
+    }
+    if let Some(tier) = tier {
+        builder = builder.shared_cache(tier);
+    }
+    builder.build().map_err(|e| e.to_string())
+}
+
+/// What the server prints once it listens: the addresses, the auth setting and the rooms.
+fn banner(
+    args: &GameServerArgs,
+    running: &RunningGameServer,
+    admin: Option<&RunningAdmin>,
+) -> String {
+    let mut banner = format!(
+        "game server listening on {} (JSON lines over TCP)\n",
+        running.local_addr()
+    );
+    if let Some(addr) = running.websocket_addr() {
+        banner.push_str(&format!(
+            "WebSocket listener on ws://{addr}/ws (one message per text frame)\n"
+        ));
+    }
+    if let Some(admin) = admin {
+        banner.push_str(&format!(
+            "admin listener on http://{} (/metrics, /healthz, /readyz)\n",
+            admin.local_addr()
+        ));
+    }
+    match (&args.auth_url, args.auth_required) {
+        (_, false) => banner.push_str("auth: off (joins are anonymous)\n"),
+        (Some(url), true) => banner.push_str(&format!("auth: required, default authUrl {url}\n")),
+        (None, true) => {}
+    }
+    for room in running.rooms() {
+        let auth = room.auth_url();
+        let shown = if auth.is_empty() {
+            "(none: the default)".to_owned()
+        } else {
+            auth
+        };
+        banner.push_str(&format!("room {:<12} authUrl {shown}\n", room.room_id));
+    }
+    banner.push_str("messages: connect, search_room, join; SIGTERM or Ctrl-C drains and stops\n");
+    banner
+}

@@ -1,0 +1,100 @@
+//! What the game server records, and how a process exposes it: the `game_server_*` metric
+//! names (the resolver's own are in [`token_resolver::telemetry`]) and [`Metrics`], the Prometheus
+//! recorder behind the admin listener's `/metrics`.
+//!
+//! No label carries a token, a user name or a user id: labels are the transport, the request
+//! type, an error code, or a refusal's reason, all from fixed sets.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Gauge, label `transport` (`tcp`, `ws`): sessions open now.
+pub const SESSIONS_OPEN: &str = "game_server_sessions_open";
+/// Counter, label `transport`: sessions accepted since start.
+pub const SESSIONS_TOTAL: &str = "game_server_sessions_total";
+/// Counter, label `reason` (`server_busy`): connections refused before a session began.
+pub const CONNECTIONS_REFUSED_TOTAL: &str = "game_server_connections_refused_total";
+/// Counter, label `type` (`connect`, `search_room`, `join`, `refresh`, `invalid`): messages
+/// received.
+pub const MESSAGES_TOTAL: &str = "game_server_messages_total";
+/// Counter, label `code`: error messages sent (a refused request, or why a connection closed).
+pub const ERRORS_TOTAL: &str = "game_server_errors_total";
+/// Counter: sessions closed because a revocation named them (a logout, a ban, a revoked or
+/// rejected token).
+pub const REVOKED_TOTAL: &str = "game_server_sessions_revoked_total";
+/// Gauge: 1 while the server drains (it accepts no one and tells its clients to go), else 0.
+pub const DRAINING: &str = "game_server_draining";
+
+/// The upper bounds of every latency histogram's buckets, in seconds: 0.5 ms to 10 s.
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// How often the recorder folds recorded samples into its histograms when nobody scrapes:
+/// keeps its memory bounded between scrapes.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Counts one error message under its code. The game server's codes and the resolver's are
+/// static strings; any other is counted as `other`, so a label never carries client input.
+pub(super) fn count_error(code: &str) {
+    let code = super::protocol::known_code(code).unwrap_or("other");
+    metrics::counter!(ERRORS_TOTAL, "code" => code).increment(1);
+}
+
+/// This process's metrics in the Prometheus text format: the recorder every `metrics` call of
+/// the process reports to, installed once, with latency histograms as true histograms.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    handle: PrometheusHandle,
+}
+
+/// Why [`Metrics::install`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MetricsError {
+    /// The bucket configuration was refused.
+    #[error("cannot configure the Prometheus recorder: {0}")]
+    Build(#[from] BuildError),
+    /// Another recorder is installed in this process already: install this one first, before
+    /// anything records a metric.
+    #[error("another metrics recorder is installed already")]
+    Taken,
+}
+
+impl Metrics {
+    /// Installs the Prometheus recorder as this process's global recorder, or returns the one
+    /// installed by an earlier call. Call it before the first resolution: the resolver
+    /// registers its counters then. A thread folds samples into the histograms every 5 s.
+    ///
+    /// # Errors
+    ///
+    /// [`MetricsError::Taken`] when another recorder was installed first.
+    pub fn install() -> Result<Metrics, MetricsError> {
+        static INSTALLED: Mutex<Option<Metrics>> = Mutex::new(None);
+        let mut installed = INSTALLED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(metrics) = &*installed {
+            return Ok(metrics.clone());
+        }
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &LATENCY_BUCKETS)?
+            .build_recorder();
+        let handle = recorder.handle();
+        metrics::set_global_recorder(recorder).map_err(|_| MetricsError::Taken)?;
+        let metrics = installed.insert(Metrics { handle }).clone();
+        let upkeep = metrics.handle.clone();
+        let _ = std::thread::Builder::new()
+            .name("metrics-upkeep".to_owned())
+            .spawn(move || loop {
+                std::thread::sleep(UPKEEP_EVERY);
+                upkeep.run_upkeep();
+            });
+        Ok(metrics)
+    }
+
+    /// Every metric recorded so far, in the Prometheus text exposition format.
+    pub fn render(&self) -> String {
+        self.handle.render()
+    }
+}

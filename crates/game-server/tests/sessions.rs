@@ -1,0 +1,483 @@
+//! Live sessions on real game servers on loopback: an expiring token renewed in place, a
+//! refresh for another user, a grace that runs out, periodic revalidation, and revocation
+//! through the admin listener, on the same node and across nodes sharing a real Redis.
+
+use token_resolver_support as support;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::response::Response;
+use serde_json::{json, Value};
+use support::{
+    eventually, game_server_with, in_the_first_room, resolver_for, respond, room, Scripted, Seen,
+};
+use token_resolver::{RedisTier, Resolver, ResolverBuilder};
+use token_resolver_game_server::{
+    AdminConfig, AdminSecret, GameClient, GameClientError, GameServerConfig, Push, RunningAdmin,
+    RunningGameServer,
+};
+use token_resolver_support::redis::RedisServer;
+
+const SECRET: &str = "an-admin-secret-of-32-bytes-long";
+const REDIS_SECRET: &str = "a-redis-secret-of-32-bytes-long!";
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// An API that knows tokens by name: `short` is Alice's for one more second, `long` Alice's for
+/// an hour, `bob` Bob's with no expiry, `alice` Alice's with no expiry until `revoked` is set,
+/// then rejected (401).
+async fn api(revoked: Arc<AtomicBool>) -> Scripted {
+    Scripted::start(move |_, seen: Seen| {
+        let revoked = revoked.clone();
+        async move { answer(&seen, revoked.load(Ordering::SeqCst)) }
+    })
+    .await
+}
+
+fn answer(seen: &Seen, revoked: bool) -> Response {
+    let user = |id: i64, name: &str, exp: Option<u64>| {
+        let mut body = json!({"id": id, "name": name});
+        if let Some(exp) = exp {
+            body["exp"] = json!(exp);
+        }
+        let body: &'static [u8] = Box::leak(body.to_string().into_bytes().into_boxed_slice());
+        respond(200, &[("content-type", "application/json")], body)
+    };
+    match seen.header("authorization").unwrap_or_default() {
+        "Bearer short" => user(1, "Alice", Some(unix_now() + 1)),
+        "Bearer long" => user(1, "Alice", Some(unix_now() + 3600)),
+        "Bearer bob" => user(2, "Bob", None),
+        "Bearer alice" if !revoked => user(1, "Alice", None),
+        _ => respond(
+            401,
+            &[("www-authenticate", "Bearer error=\"invalid_token\"")],
+            b"",
+        ),
+    }
+}
+
+/// A resolver for `url` with no leeway on expiry, so that `short` expires within seconds.
+fn strict(url: &str) -> ResolverBuilder {
+    resolver_for(url).clock_skew(Duration::ZERO)
+}
+
+/// A game server with one room and a 1 s grace to refresh.
+async fn server(resolver: Resolver) -> RunningGameServer {
+    let config = GameServerConfig {
+        rooms: vec![room("lobby", None)],
+        reauth_grace: Duration::from_secs(1),
+        ..GameServerConfig::default()
+    };
+    game_server_with(resolver, config).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiring_token_is_renewed_in_place_and_the_player_stays_in_the_room() {
+    // Pins down renewal: at the token's exp the server asks for a refresh; the client's
+    // callback gives a fresh token of the same user; the session stays in its room, and no
+    // session_expired follows once the grace is over.
+    let api = api(Arc::default()).await;
+    let game = server(strict(&api.url()).build().unwrap()).await;
+    let mut client = in_the_first_room(&game, "short").await;
+    client.on_reauth(|| async { Some("long".to_owned()) });
+    let refreshed = tokio::time::timeout(Duration::from_secs(5), client.next_push())
+        .await
+        .expect("reauth_required comes at the token's exp")
+        .unwrap();
+    assert_eq!(
+        refreshed,
+        Push::Refreshed(Some(token_resolver_game_server::Player {
+            id: 1,
+            name: "Alice".into()
+        }))
+    );
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert_eq!(
+        client.search_rooms().await.unwrap().len(),
+        1,
+        "still served"
+    );
+    assert_eq!(game.members("lobby").len(), 1, "still in the room");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_for_another_user_is_refused_and_the_session_closed() {
+    // Pins down refresh_mismatch: a token of another user ends the session.
+    let api = api(Arc::default()).await;
+    let game = server(strict(&api.url()).build().unwrap()).await;
+    let mut client = in_the_first_room(&game, "short").await;
+    let push = client.next_push().await.unwrap();
+    assert!(matches!(push, Push::ReauthRequired(within) if within == Duration::from_secs(1)));
+    let refused = client.refresh("bob").await.unwrap_err();
+    assert_eq!(refused.code(), Some("refresh_mismatch"));
+    assert!(
+        client.read_answer().await.is_err(),
+        "then the server closes"
+    );
+    eventually("the player left the room", || {
+        game.members("lobby").is_empty()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_refresh_in_time_the_session_expires() {
+    // Pins down the grace: no refresh within it, session_expired and close.
+    let api = api(Arc::default()).await;
+    let game = server(strict(&api.url()).build().unwrap()).await;
+    let mut client = in_the_first_room(&game, "short").await;
+    assert!(matches!(
+        client.next_push().await.unwrap(),
+        Push::ReauthRequired(_)
+    ));
+    let expired = tokio::time::timeout(Duration::from_secs(5), client.read_answer())
+        .await
+        .expect("session_expired after the grace")
+        .unwrap();
+    assert_eq!(expired["error"], "session_expired");
+    assert!(
+        client.read_answer().await.is_err(),
+        "then the server closes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_or_rejected_refresh_is_refused_and_the_session_may_try_again() {
+    // Pins down bad refreshes: a malformed token and a rejected one are refused with their
+    // codes; the session goes on and a good refresh still renews it.
+    let api = api(Arc::default()).await;
+    let game = server(strict(&api.url()).build().unwrap()).await;
+    let mut client = in_the_first_room(&game, "short").await;
+    client.next_push().await.unwrap();
+    let malformed = client.refresh("not a token").await.unwrap_err();
+    assert_eq!(malformed.code(), Some("token_malformed"));
+    let rejected = client.refresh("unknown").await.unwrap_err();
+    assert_eq!(rejected.code(), Some("token_rejected"));
+    assert_eq!(client.refresh("long").await.unwrap().unwrap().id, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revalidation_closes_a_session_whose_token_is_rejected_since() {
+    // Pins down --revalidate: a session re-resolves its token; once the API rejects it, the
+    // session is told revoked and closed.
+    let revoked = Arc::new(AtomicBool::new(false));
+    let api = api(revoked.clone()).await;
+    let resolver = resolver_for(&api.url())
+        .cache_ttl(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let config = GameServerConfig {
+        rooms: vec![room("lobby", None)],
+        revalidate: Some(Duration::from_millis(300)),
+        ..GameServerConfig::default()
+    };
+    let game = game_server_with(resolver, config).await;
+    let mut client = in_the_first_room(&game, "alice").await;
+    revoked.store(true, Ordering::SeqCst);
+    let ended = tokio::time::timeout(Duration::from_secs(5), client.next_push())
+        .await
+        .expect("revoked at the next revalidation")
+        .unwrap_err();
+    assert!(matches!(ended, GameClientError::Revoked(_)), "{ended:?}");
+}
+
+/// The admin listener of `game`, with the revocation secret.
+async fn admin(game: &RunningGameServer) -> RunningAdmin {
+    let config = AdminConfig {
+        revoke_secret: Some(AdminSecret::new(SECRET).unwrap()),
+        ..AdminConfig::default()
+    };
+    game.spawn_admin("127.0.0.1:0".parse().unwrap(), config)
+        .await
+        .unwrap()
+}
+
+/// `POST /admin/revoke` with `body` and `secret`: the status and the JSON answer.
+async fn revoke(admin: SocketAddr, secret: Option<&str>, body: &str) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(format!("http://{admin}/admin/revoke"))
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some(secret) = secret {
+        request = request.bearer_auth(secret);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_integrator_revokes_a_user_a_token_or_everyone_and_is_told_how_many_sessions_closed() {
+    // Pins down POST /admin/revoke on one node: each scope closes the sessions it names (told
+    // `revoked`), answers their count, and leaves the others alone.
+    let api = api(Arc::default()).await;
+    let game = server(resolver_for(&api.url()).build().unwrap()).await;
+    let admin = admin(&game).await;
+    let addr = admin.local_addr();
+    let mut alice = in_the_first_room(&game, "alice").await;
+    let mut alice_too = in_the_first_room(&game, "long").await;
+    let mut bob = in_the_first_room(&game, "bob").await;
+    assert_eq!(
+        revoke(addr, Some(SECRET), r#"{"user_id": 1234}"#).await,
+        (200, json!({"sessions_closed": 0}))
+    );
+    assert_eq!(
+        revoke(addr, Some(SECRET), r#"{"access_token": "long"}"#).await,
+        (200, json!({"sessions_closed": 1}))
+    );
+    assert!(matches!(
+        alice_too.next_push().await,
+        Err(GameClientError::Revoked(_))
+    ));
+    assert_eq!(
+        revoke(
+            addr,
+            Some(SECRET),
+            &format!(r#"{{"user_id": 1, "auth_url": "{}"}}"#, api.url())
+        )
+        .await,
+        (200, json!({"sessions_closed": 1}))
+    );
+    assert!(matches!(
+        alice.next_push().await,
+        Err(GameClientError::Revoked(_))
+    ));
+    assert!(bob.search_rooms().await.is_ok(), "Bob was not named");
+    assert_eq!(
+        revoke(addr, Some(SECRET), r#"{"all": true}"#).await,
+        (200, json!({"sessions_closed": 1}))
+    );
+    assert!(matches!(
+        bob.next_push().await,
+        Err(GameClientError::Revoked(_))
+    ));
+}
+
+#[tokio::test]
+async fn the_revoke_endpoint_refuses_what_it_cannot_trust_or_read() {
+    // Pins down the guard of POST /admin/revoke: no secret configured 404, a wrong or missing
+    // secret 401, a bad body 400 naming the field (never quoting a value), a secret shorter
+    // than 16 bytes refused.
+    let resolver = Resolver::builder().auth_required(false).build().unwrap();
+    let game = server(resolver).await;
+    let without = game
+        .spawn_admin("127.0.0.1:0".parse().unwrap(), AdminConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        revoke(without.local_addr(), Some(SECRET), r#"{"all": true}"#)
+            .await
+            .0,
+        404
+    );
+    let admin = admin(&game).await;
+    let addr = admin.local_addr();
+    assert_eq!(revoke(addr, None, r#"{"all": true}"#).await.0, 401);
+    assert_eq!(
+        revoke(addr, Some("not-the-secret-at-all"), r#"{"all": true}"#)
+            .await
+            .0,
+        401
+    );
+    for (body, field) in [
+        (r#"{"user_id": "42"}"#, "user_id:"),
+        (r#"{"access_token": "a b SECRET-VALUE"}"#, "access_token:"),
+        (r#"{"all": false}"#, "all:"),
+        (r#"{"user_id": 1, "all": true}"#, "exactly one"),
+        (r#"{"user_id": 1}"#, "auth_url:"),
+        (r#"{"user": 1}"#, "unknown field"),
+        ("not json", "JSON object"),
+    ] {
+        let (status, answer) = revoke(addr, Some(SECRET), body).await;
+        assert_eq!(status, 400, "{body}");
+        let message = answer["message"].as_str().unwrap();
+        assert!(message.contains(field), "{body}: {message}");
+        assert!(!message.contains("SECRET-VALUE"), "{message}");
+    }
+    assert!(AdminSecret::new("fifteen-bytes!!").is_err());
+}
+
+/// A node: a game server sharing `redis`, with its admin listener.
+async fn node(api: &str, redis: &RedisServer) -> (RunningGameServer, RunningAdmin) {
+    let resolver = resolver_for(api)
+        .shared_cache(
+            RedisTier::new(redis.url(), REDIS_SECRET).op_timeout(Duration::from_millis(200)),
+        )
+        .build()
+        .unwrap();
+    let game = server(resolver).await;
+    let admin = admin(&game).await;
+    eventually("the node listens to the invalidation channel", || {
+        game.resolver().shared_cache_subscribed()
+    })
+    .await;
+    (game, admin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_on_one_node_closes_the_session_on_another_through_redis() {
+    // Pins down revocation across nodes: revoking a user on node A closes that user's session
+    // on node B, which hears it through the shared tier; by token too.
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let api = api(Arc::default()).await;
+    let (_a, admin_a) = node(&api.url(), &redis).await;
+    let (b, _admin_b) = node(&api.url(), &redis).await;
+    let mut on_b = in_the_first_room(&b, "alice").await;
+    let mut by_token = in_the_first_room(&b, "long").await;
+    let (status, _) = revoke(
+        admin_a.local_addr(),
+        Some(SECRET),
+        r#"{"access_token": "long"}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(matches!(
+        tokio::time::timeout(Duration::from_secs(5), by_token.next_push()).await,
+        Ok(Err(GameClientError::Revoked(_)))
+    ));
+    let (status, answer) = revoke(admin_a.local_addr(), Some(SECRET), r#"{"user_id": 1}"#).await;
+    assert_eq!(
+        (status, answer),
+        (200, json!({"sessions_closed": 0})),
+        "none on A"
+    );
+    assert!(matches!(
+        tokio::time::timeout(Duration::from_secs(5), on_b.next_push()).await,
+        Ok(Err(GameClientError::Revoked(_)))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_rechecks_its_sessions_when_redis_comes_back() {
+    // Pins down the outage path: a revocation made while Redis is down reaches only its own
+    // node; when Redis returns, the other node empties its cache and re-checks its sessions,
+    // and the one whose token the API now rejects is closed.
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let revoked = Arc::new(AtomicBool::new(false));
+    let api = api(revoked.clone()).await;
+    let (_b, b) = {
+        let (game, admin) = node(&api.url(), &redis).await;
+        (admin, game)
+    };
+    let mut on_b = in_the_first_room(&b, "alice").await;
+    redis.stop();
+    revoked.store(true, Ordering::SeqCst);
+    redis.restart();
+    assert!(matches!(
+        tokio::time::timeout(Duration::from_secs(10), on_b.next_push()).await,
+        Ok(Err(GameClientError::Revoked(_)))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_that_lands_while_the_token_is_resolved_still_reaches_the_session() {
+    // Pins down revocations racing a connect: one that comes while the game server waits for
+    // /api/user finds no session holding the token yet; the session learns of it when the answer
+    // comes, and the player is told `revoked` instead of `connected`. A revocation of someone
+    // else in the same window leaves a second player connected.
+    let release = Arc::new(tokio::sync::Notify::new());
+    let api = Scripted::start({
+        let release = release.clone();
+        move |_, seen: Seen| {
+            let release = release.clone();
+            async move {
+                release.notified().await;
+                answer(&seen, false)
+            }
+        }
+    })
+    .await;
+    let resolver = resolver_for(&api.url()).build().unwrap();
+    let game = server(resolver.clone()).await;
+    let addr = game.local_addr();
+    let connect = |token: &'static str| {
+        tokio::spawn(async move {
+            let mut client = GameClient::open(addr).await.unwrap();
+            client.connect(Some(token)).await
+        })
+    };
+
+    let alice = connect("alice");
+    eventually("Alice's call is under way", || api.requests() == 1).await;
+    resolver.invalidate_user(&api.url(), 1);
+    release.notify_one();
+    let connected = alice.await.unwrap();
+    assert!(
+        matches!(connected, Err(GameClientError::Revoked(_))),
+        "{connected:?}"
+    );
+
+    let bob = connect("bob");
+    eventually("Bob's call is under way", || api.requests() == 2).await;
+    resolver.invalidate_user(&api.url(), 1);
+    release.notify_one();
+    let connected = bob.await.unwrap();
+    assert!(connected.is_ok(), "Bob was not named: {connected:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revalidation_during_the_grace_leaves_the_expired_session_its_refresh() {
+    // Pins down revalidation and the grace together: once the token has expired, checking it
+    // again would only hear that it expired; that is the grace timer's business, so the player
+    // told `reauth_required` keeps the whole grace to refresh and stays in the room.
+    let expires = unix_now() + 1;
+    let api = Scripted::start(move |_, seen: Seen| async move {
+        let exp = match seen.header("authorization").unwrap_or_default() {
+            "Bearer expiring" => expires,
+            _ => unix_now() + 3600,
+        };
+        let body = json!({"id": 1, "name": "Alice", "exp": exp}).to_string();
+        let body: &'static [u8] = Box::leak(body.into_bytes().into_boxed_slice());
+        respond(200, &[("content-type", "application/json")], body)
+    })
+    .await;
+    let config = GameServerConfig {
+        rooms: vec![room("lobby", None)],
+        reauth_grace: Duration::from_secs(3),
+        revalidate: Some(Duration::from_millis(50)),
+        ..GameServerConfig::default()
+    };
+    let game = game_server_with(strict(&api.url()).build().unwrap(), config).await;
+    let mut client = in_the_first_room(&game, "expiring").await;
+    assert!(matches!(
+        client.next_push().await.unwrap(),
+        Push::ReauthRequired(_)
+    ));
+    // A revalidation every 50 ms: ten of them come during this part of the grace.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let refreshed = client.refresh("fresh").await;
+    assert!(refreshed.is_ok(), "{refreshed:?}");
+    assert_eq!(game.members("lobby").len(), 1, "still in the room");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_client_is_closed_on_time_however_often_the_session_revalidates() {
+    // Pins down the idle timeout beside the session's own timers: silence counts from the
+    // client's last message, so revalidations every 50 ms do not keep a silent client in.
+    let api = api(Arc::default()).await;
+    let config = GameServerConfig {
+        rooms: vec![room("lobby", None)],
+        idle_timeout: Duration::from_millis(300),
+        revalidate: Some(Duration::from_millis(50)),
+        ..GameServerConfig::default()
+    };
+    let game = game_server_with(resolver_for(&api.url()).build().unwrap(), config).await;
+    let mut client = in_the_first_room(&game, "long").await;
+    let closed = tokio::time::timeout(Duration::from_secs(5), client.next_push())
+        .await
+        .expect("closed within the idle timeout, not kept open by revalidation");
+    let refused = closed.unwrap_err();
+    assert_eq!(refused.code(), Some("idle_timeout"), "{refused:?}");
+}

@@ -1,0 +1,102 @@
+//! The admin secret, the revoked tokens, session ids and passwords never appear in logs: the
+//! revocation paths (logout and ban notifying game servers, one failing and retried, one
+//! down; a wrong admin secret; throttled logins) run under a TRACE subscriber that captures
+//! everything, which is then searched for them.
+
+use token_resolver_support as support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::{cookie_of, eventually, reference_api_with, ApiCalls, RevokeRecorder};
+use token_resolver_reference_api::{AdminSecret, ApiConfig};
+
+const SECRET: &str = "leak-test-admin-secret-5f2b9c0e";
+const GUESS: &str = "guessed-password-7d1e";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_appear_in_no_log() {
+    let (logs, _metrics) = support::capture_everything();
+    let recorder =
+        RevokeRecorder::scripted(|n| (if n == 0 { 503 } else { 200 }, Duration::ZERO)).await;
+    let down = RevokeRecorder::start().await;
+    let down_url = down.base_url();
+    drop(down);
+    let config = ApiConfig {
+        notify: vec![recorder.base_url(), down_url],
+        admin_secret: Some(AdminSecret::new(SECRET).unwrap()),
+        ..ApiConfig::default()
+    };
+    let printed_config = format!("{config:?}");
+    let running = reference_api_with(config).await;
+    let api = ApiCalls::new(&running.base_url());
+
+    let login = api.login("alice", "wonderland").await;
+    let cookie = cookie_of(&login);
+    let tokens = [api.token(&cookie).await, api.token(&cookie).await];
+    assert_eq!(api.logout(&cookie).await.status(), 204);
+    let bob_cookie = api.session("bob", "builder").await;
+    let bob_token = api.token(&bob_cookie).await;
+    let bearer = format!("Bearer {SECRET}");
+    let wrong = format!("Bearer {}", SECRET.to_uppercase());
+    assert_eq!(
+        api.admin("ban", Some(&wrong), r#"{"user_id":2}"#)
+            .await
+            .status(),
+        401
+    );
+    assert_eq!(
+        api.admin("ban", Some(&bearer), r#"{"user_id":2}"#)
+            .await
+            .status(),
+        200
+    );
+    for _ in 0..6 {
+        api.login("carol", GUESS).await;
+    }
+    let again = api.session("alice", "wonderland").await;
+    let short = api
+        .token_raw(&again, Some(&json!({ "expires_in": 5 })))
+        .await;
+    assert_eq!(short.status(), 200);
+
+    // The two tokens (the first tried twice) and the ban reach the recorder; the target that
+    // is down is given up on after every try and its backoff (about 7.5 s), and that warning,
+    // which names the target, is searched too.
+    eventually("4 revoke calls", || recorder.calls().len() >= 4).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !logs.text().contains("game server unreachable") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the unreachable game server was never given up on"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let logs = logs.text();
+    assert!(
+        logs.contains("revocation"),
+        "the capture works: {logs:.500}"
+    );
+    assert!(logs.contains("user banned"), "{logs:.500}");
+    let session = cookie.trim_start_matches("session=");
+    let bob_session = bob_cookie.trim_start_matches("session=");
+    let mut secrets = vec![
+        SECRET,
+        GUESS,
+        "wonderland",
+        "builder",
+        session,
+        bob_session,
+        &bob_token,
+    ];
+    secrets.extend(tokens.iter().map(String::as_str));
+    for secret in secrets {
+        assert!(!logs.contains(secret), "{secret:.6}… found in the logs");
+        assert!(!printed_config.contains(secret), "in the config's Debug");
+        assert!(
+            !format!("{:?}", running.api()).contains(secret),
+            "in the API's Debug"
+        );
+    }
+}

@@ -1,0 +1,425 @@
+//! The integrator's side of live revocation and expiry (SPEC section 11), over real HTTP on
+//! loopback: logout and ban tell the game servers (`--notify`, here a recording stand-in for a
+//! game server's admin listener), the admin endpoints and their secret, `exp` in `/api/user`
+//! and `expires_in` at `/api/access_token`.
+
+use token_resolver_support as support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::json;
+use support::{eventually, json_of, reference_api_with, ApiCalls, RevokeRecorder};
+use token_resolver_reference_api::{AdminSecret, ApiConfig, RunningApi};
+
+const SECRET: &str = "s3cret-admin-token-of-32-bytes!!";
+
+/// The API with the demo users, the admin secret, and `targets` to notify.
+async fn api_notifying(targets: &[&RevokeRecorder]) -> RunningApi {
+    reference_api_with(ApiConfig {
+        notify: targets.iter().map(|t| t.base_url()).collect(),
+        admin_secret: Some(AdminSecret::new(SECRET).unwrap()),
+        ..ApiConfig::default()
+    })
+    .await
+}
+
+fn bearer() -> String {
+    format!("Bearer {SECRET}")
+}
+
+/// Waits until `recorder` has `n` calls, then a little longer to see that no more come.
+async fn settled_calls(recorder: &RevokeRecorder, n: usize) -> Vec<support::RevokeCall> {
+    eventually(&format!("{n} revoke calls"), || recorder.calls().len() >= n).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    recorder.calls()
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[tokio::test]
+async fn logout_notifies_exactly_the_sessions_live_tokens_with_the_secret() {
+    // Logout tells the game server of each token of that session still live, and of no other
+    // (not an expired one, not another session's), as POST {"access_token"} with the secret.
+    let recorder = RevokeRecorder::start().await;
+    let running = api_notifying(&[&recorder]).await;
+    let api = ApiCalls::new(&running.base_url());
+    let ending = api.session("alice", "wonderland").await;
+    let staying = api.session("alice", "wonderland").await;
+    let live = [api.token(&ending).await, api.token(&ending).await];
+    let short = api
+        .token_raw(&ending, Some(&json!({ "expires_in": 1 })))
+        .await;
+    assert_eq!(short.status(), 200);
+    let other = api.token(&staying).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    assert_eq!(api.logout(&ending).await.status(), 204);
+
+    let calls = settled_calls(&recorder, 2).await;
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    let revoked: BTreeSet<String> = calls.iter().map(|c| c.body.to_string()).collect();
+    let expected: BTreeSet<String> = live
+        .iter()
+        .map(|t| json!({ "access_token": t }).to_string())
+        .collect();
+    assert_eq!(revoked, expected);
+    for call in &calls {
+        assert_eq!(call.method, "POST");
+        assert_eq!(call.authorization.as_deref(), Some(bearer().as_str()));
+    }
+    for token in &live {
+        assert_eq!(api.user(token).await.status(), 401);
+    }
+    assert_eq!(api.user(&other).await.status(), 200);
+}
+
+#[tokio::test]
+async fn logout_does_not_wait_for_a_slow_or_dead_game_server() {
+    // A game server that answers after 5 s and one that is down: logout still answers at once,
+    // and the slow one still gets its call.
+    let slow = RevokeRecorder::scripted(|_| (200, Duration::from_secs(5))).await;
+    let dead = RevokeRecorder::start().await;
+    let dead_url = dead.base_url();
+    drop(dead);
+    let running = reference_api_with(ApiConfig {
+        notify: vec![slow.base_url(), dead_url],
+        admin_secret: Some(AdminSecret::new(SECRET).unwrap()),
+        ..ApiConfig::default()
+    })
+    .await;
+    let api = ApiCalls::new(&running.base_url());
+    let cookie = api.session("bob", "builder").await;
+    let token = api.token(&cookie).await;
+
+    let started = Instant::now();
+    assert_eq!(api.logout(&cookie).await.status(), 204);
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(500), "logout took {took:?}");
+    assert_eq!(
+        api.user(&token).await.status(),
+        401,
+        "revoked locally at once"
+    );
+    eventually("the slow game server is called", || slow.calls().len() == 1).await;
+}
+
+#[tokio::test]
+async fn a_failing_game_server_is_retried_until_it_takes_the_revocation() {
+    // Two 503s, then 200: the same revocation arrives three times, with growing pauses, and
+    // no more after it is taken.
+    let recorder =
+        RevokeRecorder::scripted(|n| (if n < 2 { 503 } else { 200 }, Duration::ZERO)).await;
+    let running = api_notifying(&[&recorder]).await;
+    let api = ApiCalls::new(&running.base_url());
+    let cookie = api.session("carol", "carolina").await;
+    let token = api.token(&cookie).await;
+    assert_eq!(api.logout(&cookie).await.status(), 204);
+
+    let calls = settled_calls(&recorder, 3).await;
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    for call in &calls {
+        assert_eq!(call.body, json!({ "access_token": token }));
+    }
+    let first_pause = calls[1].at - calls[0].at;
+    let second_pause = calls[2].at - calls[1].at;
+    assert!(first_pause >= Duration::from_millis(350), "{first_pause:?}");
+    assert!(
+        second_pause > first_pause,
+        "{first_pause:?} then {second_pause:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_game_server_refusing_the_secret_is_not_retried() {
+    // A 401 (a wrong secret at the game server) will not pass later: one call, no retries.
+    let recorder = RevokeRecorder::scripted(|_| (401, Duration::ZERO)).await;
+    let running = api_notifying(&[&recorder]).await;
+    let api = ApiCalls::new(&running.base_url());
+    let cookie = api.session("alice", "wonderland").await;
+    api.token(&cookie).await;
+    api.logout(&cookie).await;
+    eventually("one call", || recorder.calls().len() == 1).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(recorder.calls().len(), 1);
+}
+
+#[tokio::test]
+async fn ban_revokes_at_once_refuses_login_notifies_and_unban_lets_in() {
+    // A ban: the user's tokens fail at once, their sessions end, login answers 403 banned
+    // (a wrong password still 401), the game servers get {"user_id"}; unban lets them in.
+    let recorder = RevokeRecorder::start().await;
+    let running = api_notifying(&[&recorder]).await;
+    let api = ApiCalls::new(&running.base_url());
+    let cookie = api.session("alice", "wonderland").await;
+    let token = api.token(&cookie).await;
+    let bob = api.token(&api.session("bob", "builder").await).await;
+
+    let response = api.admin("ban", Some(&bearer()), r#"{"user_id":1}"#).await;
+    assert_eq!(response.status(), 200);
+    let body = json_of(response).await;
+    assert_eq!(
+        (body["user_id"].clone(), body["banned"].clone()),
+        (json!(1), json!(true))
+    );
+    assert_eq!(body["tokens_revoked"], 1);
+
+    assert_eq!(api.user(&token).await.status(), 401);
+    assert_eq!(api.token_raw(&cookie, None).await.status(), 401);
+    assert_eq!(api.user(&bob).await.status(), 200);
+    let response = api.login("alice", "wonderland").await;
+    assert_eq!(response.status(), 403);
+    assert_eq!(json_of(response).await, json!({ "error": "banned" }));
+    assert_eq!(api.login("alice", "wrong").await.status(), 401);
+
+    let calls = settled_calls(&recorder, 1).await;
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].body, json!({ "user_id": 1 }));
+    assert_eq!(calls[0].authorization.as_deref(), Some(bearer().as_str()));
+
+    let response = api
+        .admin("unban", Some(&bearer()), r#"{"user_id":1}"#)
+        .await;
+    assert_eq!(response.status(), 200);
+    let cookie = api.session("alice", "wonderland").await;
+    let token = api.token(&cookie).await;
+    assert_eq!(api.user(&token).await.status(), 200);
+}
+
+#[tokio::test]
+async fn a_banned_guest_cannot_log_in_with_its_device() {
+    // A ban holds for device-id logins too.
+    let running = api_notifying(&[]).await;
+    let api = ApiCalls::new(&running.base_url());
+    let response = api
+        .post_json("/api/login", &json!({ "device_id": "d-1" }))
+        .await;
+    let id = json_of(response).await["id"].as_i64().unwrap();
+    let response = api
+        .admin(
+            "ban",
+            Some(&bearer()),
+            &json!({ "user_id": id }).to_string(),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let response = api
+        .post_json("/api/login", &json!({ "device_id": "d-1" }))
+        .await;
+    assert_eq!(response.status(), 403);
+}
+
+#[tokio::test]
+async fn admin_endpoints_need_the_secret() {
+    // A wrong, missing or non-Bearer credential is 401 on both admin endpoints, and bans no one.
+    let running = api_notifying(&[]).await;
+    let api = ApiCalls::new(&running.base_url());
+    let token = api.token(&api.session("alice", "wonderland").await).await;
+    let wrong_same_length = format!("Bearer {}", "x".repeat(SECRET.len()));
+    let prefix = format!("Bearer {}", &SECRET[..SECRET.len() - 1]);
+    let basic = format!("Basic {SECRET}");
+    for action in ["ban", "unban"] {
+        for authorization in [
+            None,
+            Some("Bearer "),
+            Some(wrong_same_length.as_str()),
+            Some(prefix.as_str()),
+            Some(basic.as_str()),
+        ] {
+            let response = api.admin(action, authorization, r#"{"user_id":1}"#).await;
+            assert_eq!(response.status(), 401, "{action} {authorization:?}");
+            assert_eq!(response.headers()["www-authenticate"], "Bearer");
+        }
+    }
+    assert_eq!(api.user(&token).await.status(), 200);
+    assert_eq!(api.login("alice", "wonderland").await.status(), 200);
+}
+
+#[tokio::test]
+async fn admin_endpoints_are_404_without_a_secret() {
+    // With no admin secret configured the admin endpoints do not exist, whatever is sent.
+    let running = reference_api_with(ApiConfig::default()).await;
+    let api = ApiCalls::new(&running.base_url());
+    for action in ["ban", "unban"] {
+        let response = api.admin(action, Some(&bearer()), r#"{"user_id":1}"#).await;
+        assert_eq!(response.status(), 404, "{action}");
+    }
+}
+
+#[tokio::test]
+async fn admin_bad_body_is_400_naming_the_field() {
+    // A body that is not {"user_id": <integer>} is 400 invalid_request naming the field.
+    let running = api_notifying(&[]).await;
+    let api = ApiCalls::new(&running.base_url());
+    for (body, field) in [
+        ("", "user_id"),
+        ("not json", "user_id"),
+        ("[]", "user_id"),
+        ("{}", "user_id"),
+        (r#"{"user_id":"1"}"#, "user_id"),
+        (r#"{"user_id":1.5}"#, "user_id"),
+        (r#"{"user_id":null}"#, "user_id"),
+        (r#"{"user_id":1,"all":true}"#, "all"),
+    ] {
+        for action in ["ban", "unban"] {
+            let response = api.admin(action, Some(&bearer()), body).await;
+            assert_eq!(response.status(), 400, "{action} {body}");
+            let answer = json_of(response).await;
+            assert_eq!(answer["error"], "invalid_request", "{body}");
+            assert_eq!(answer["field"], field, "{body}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn user_answers_exp_in_unix_seconds() {
+    // /api/user answers `exp`, the token's expiry in whole Unix seconds (RFC 7662).
+    let running = reference_api_with(ApiConfig::default()).await;
+    let api = ApiCalls::new(&running.base_url());
+    let before = unix_now();
+    let token = api.token(&api.session("bob", "builder").await).await;
+    let body = json_of(api.user(&token).await).await;
+    let exp = body["exp"].as_u64().expect("an integer exp");
+    assert!(
+        (before + 3599..=unix_now() + 3600).contains(&exp),
+        "exp {exp}, now {before}"
+    );
+    assert_eq!(
+        (body["id"].clone(), body["name"].clone()),
+        (json!(2), json!("Bob"))
+    );
+}
+
+#[tokio::test]
+async fn expires_in_asks_for_a_shorter_token_capped_at_the_ttl() {
+    // {"expires_in": 2} gives a token that lives 2 s (exp and max-age say so, and it stops);
+    // more than the API's token lifetime is cut to it.
+    let running = reference_api_with(ApiConfig::default()).await;
+    let api = ApiCalls::new(&running.base_url());
+    let cookie = api.session("carol", "carolina").await;
+    let before = unix_now();
+    let response = api
+        .token_raw(&cookie, Some(&json!({ "expires_in": 2 })))
+        .await;
+    let answer = json_of(response).await;
+    assert_eq!(answer["expires_in"], 2);
+    let token = answer["access_token"].as_str().unwrap().to_owned();
+    let response = api.user(&token).await;
+    let max_age = response.headers()["cache-control"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        max_age.ends_with("max-age=1") || max_age.ends_with("max-age=2"),
+        "{max_age}"
+    );
+    let exp = json_of(response).await["exp"].as_u64().unwrap();
+    assert!(
+        (before + 1..=unix_now() + 2).contains(&exp),
+        "exp {exp}, now {before}"
+    );
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(api.user(&token).await.status(), 401);
+
+    let answer = json_of(
+        api.token_raw(&cookie, Some(&json!({ "expires_in": 999_999 })))
+            .await,
+    )
+    .await;
+    assert_eq!(answer["expires_in"], 3600);
+    let answer = json_of(api.token_raw(&cookie, Some(&json!({}))).await).await;
+    assert_eq!(answer["expires_in"], 3600);
+}
+
+#[tokio::test]
+async fn bad_expires_in_is_400_naming_the_field() {
+    // expires_in must be a whole number of seconds, at least 1; other fields are refused, and
+    // a body must be JSON.
+    let running = reference_api_with(ApiConfig::default()).await;
+    let api = ApiCalls::new(&running.base_url());
+    let cookie = api.session("alice", "wonderland").await;
+    for (body, field) in [
+        (json!({ "expires_in": 0 }), "expires_in"),
+        (json!({ "expires_in": -5 }), "expires_in"),
+        (json!({ "expires_in": 1.5 }), "expires_in"),
+        (json!({ "expires_in": "60" }), "expires_in"),
+        (json!([60]), "expires_in"),
+        (json!({ "expires_in": 60, "scope": "x" }), "scope"),
+    ] {
+        let response = api.token_raw(&cookie, Some(&body)).await;
+        assert_eq!(response.status(), 400, "{body}");
+        assert_eq!(json_of(response).await["field"], field, "{body}");
+    }
+    let response = api
+        .client
+        .post(api.url("/api/access_token"))
+        .header("cookie", &cookie)
+        .header("content-type", "text/plain")
+        .body(r#"{"expires_in":5}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 415);
+}
+
+#[test]
+fn notify_needs_a_secret_and_admin_base_urls() {
+    // ApiConfig refuses notify targets without a secret, or that are not http(s) base URLs;
+    // a short or unprintable secret is refused; Debug never shows the secret.
+    let with = |notify: &str, secret: Option<AdminSecret>| ApiConfig {
+        notify: vec![notify.to_owned()],
+        admin_secret: secret,
+        ..ApiConfig::default()
+    };
+    let secret = || Some(AdminSecret::new(SECRET).unwrap());
+    let error = with("http://10.0.0.5:9350", None).validate().unwrap_err();
+    assert!(
+        error.to_string().contains("TOKEN_RESOLVER_ADMIN_TOKEN"),
+        "{error}"
+    );
+    for bad in ["ftp://h", "not a url", "http://h/?q=1", "http://u:p@h"] {
+        assert!(with(bad, secret()).validate().is_err(), "{bad}");
+    }
+    assert!(with("https://gs.internal:9350/base/", secret())
+        .validate()
+        .is_ok());
+    let error = AdminSecret::new("short").unwrap_err();
+    assert!(error.to_string().contains("at least 16"), "{error}");
+    assert!(AdminSecret::new("sixteen bytes!! with space").is_err());
+    let printed = format!("{:?}", with("http://h", secret()));
+    assert!(
+        !printed.contains(SECRET) && printed.contains("[redacted]"),
+        "{printed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_game_server_that_is_down_does_not_take_the_notices_of_the_others() {
+    // Pins down the bound on notifications in flight, per target: batches to a game server that
+    // never answers each wait out every try, and must not use up the places of a game server
+    // that is up, which is told of every logout.
+    let down = RevokeRecorder::scripted(|_| (200, Duration::from_secs(120))).await;
+    let up = RevokeRecorder::start().await;
+    let running = api_notifying(&[&down, &up]).await;
+    let api = ApiCalls::new(&running.base_url());
+    let logouts = 300;
+    for i in 0..logouts {
+        let login = api
+            .post_json("/api/login", &json!({ "device_id": format!("device-{i}") }))
+            .await;
+        assert_eq!(login.status(), 200);
+        let cookie = support::cookie_of(&login);
+        api.token(&cookie).await;
+        assert_eq!(api.logout(&cookie).await.status(), 204);
+    }
+    eventually(
+        "the game server that is up was told of every logout",
+        || up.calls().len() == logouts,
+    )
+    .await;
+}

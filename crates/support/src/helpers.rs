@@ -1,0 +1,53 @@
+//! What every suite uses: a resolver fit for tests, a resolution expected to fail within a
+//! bound, and waiting for a condition.
+
+use std::time::{Duration, Instant};
+
+use token_resolver::Resolver;
+
+/// A resolver whose default authUrl is `url`, with short timeouts fit for tests.
+pub fn resolver_for(url: &str) -> token_resolver::ResolverBuilder {
+    Resolver::builder()
+        .default_auth_url(url)
+        .request_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_millis(500))
+}
+
+/// Resolves `token` at `url` and asserts that it fails with `code` within `bound`; a hang
+/// fails the test rather than the CI run. Returns the error and how long the call took.
+pub async fn fails_within(
+    resolver: &Resolver,
+    url: &str,
+    token: &str,
+    code: token_resolver::ErrorCode,
+    bound: Duration,
+) -> (token_resolver::ResolveError, Duration) {
+    let started = std::time::Instant::now();
+    let result = tokio::time::timeout(
+        bound + Duration::from_secs(30),
+        resolver.resolve(url, token),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the resolution hung past {bound:?} + 30 s"));
+    let elapsed = started.elapsed();
+    let error = match result {
+        Ok(user) => panic!("resolved {user:?}, expected {}", code.as_str()),
+        Err(error) => error,
+    };
+    assert_eq!(error.code(), code, "{error}");
+    assert!(
+        elapsed <= bound,
+        "{} took {elapsed:?}, over the bound of {bound:?}",
+        code.as_str()
+    );
+    (error, elapsed)
+}
+
+/// Waits up to 5 s for `condition`, polling; fails the test naming `what` if it never holds.
+pub async fn eventually(what: &str, condition: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

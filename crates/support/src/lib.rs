@@ -1,0 +1,80 @@
+//! Helpers that the workspace's tests, benches and fuzz targets share, so that each is written
+//! once: real servers on loopback (on `127.0.0.1:0`, stopped on drop), `redis-server`
+//! processes, log and metric capture, the benches' hand-written baselines, and the properties
+//! the fuzz targets check.
+//!
+//! # Layout
+//!
+//! - [`properties`]: the fuzz properties, also run on the stable toolchain by the tests (the only
+//!   module without feature `servers`, so that the fuzz targets instrument no server);
+//! - `scripted`, `raw`, `http_app`, `untrusted_tls`, `silent_tcp`: upstreams that answer as a
+//!   test scripts them, misbehave at the TCP level, serve any router, or speak TLS with a
+//!   certificate nobody trusts;
+//! - `capture`: every log line and metric, for the leak tests; `revoke_recorder`: a game
+//!   server's admin listener that records the revocations it is told;
+//! - [`redis`]: `redis-server` on a free port: plain, TLS, Sentinel, Cluster;
+//! - [`bench`] and [`baselines`]: runtimes, token sets and the hand-written caches and calls the
+//!   benches and `token-resolver load` measure against;
+//! - `reference_api`, `tls_api` (feature `reference-api`): the reference integrator API on
+//!   loopback, in the clear or over TLS, and logging in to it;
+//! - `game_server` (feature `game-server`): a game server in this process, or the binary as a
+//!   child process, and its clients; [`ws`]: a WebSocket client of it.
+//!
+//! Tests import what they need: `use token_resolver_support::{reference_api, Scripted};`.
+
+pub mod properties;
+
+#[cfg(feature = "servers")]
+pub mod baselines;
+#[cfg(feature = "servers")]
+pub mod bench;
+#[cfg(feature = "servers")]
+mod capture;
+#[cfg(feature = "game-server")]
+mod game_server;
+#[cfg(feature = "servers")]
+mod http_app;
+#[cfg(feature = "servers")]
+mod raw;
+#[cfg(feature = "servers")]
+pub mod redis;
+#[cfg(feature = "reference-api")]
+mod reference_api;
+#[cfg(feature = "servers")]
+mod revoke_recorder;
+#[cfg(feature = "servers")]
+mod scripted;
+#[cfg(feature = "servers")]
+mod silent_tcp;
+#[cfg(feature = "reference-api")]
+mod tls_api;
+#[cfg(feature = "servers")]
+mod untrusted_tls;
+#[cfg(feature = "game-server")]
+pub mod ws;
+
+#[cfg(feature = "servers")]
+mod helpers;
+
+#[cfg(feature = "servers")]
+pub use capture::*;
+#[cfg(feature = "game-server")]
+pub use game_server::*;
+#[cfg(feature = "servers")]
+pub use helpers::*;
+#[cfg(feature = "servers")]
+pub use http_app::*;
+#[cfg(feature = "servers")]
+pub use raw::*;
+#[cfg(feature = "reference-api")]
+pub use reference_api::*;
+#[cfg(feature = "servers")]
+pub use revoke_recorder::*;
+#[cfg(feature = "servers")]
+pub use scripted::*;
+#[cfg(feature = "servers")]
+pub use silent_tcp::*;
+#[cfg(feature = "reference-api")]
+pub use tls_api::*;
+#[cfg(feature = "servers")]
+pub use untrusted_tls::*;

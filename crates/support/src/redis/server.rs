@@ -1,0 +1,186 @@
+//! A real `redis-server` on a free loopback port for the shared-tier tests, stopped on drop.
+//!
+//! Without `redis-server` on the PATH the tests that need it are skipped with a note, unless
+//! `CI` is set: `.ci/run` installs it, and there a missing server is a failure.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct RedisServer {
+    port: u16,
+    /// Further redis-server arguments (TLS, cluster, replication), kept for restarts.
+    extra: Vec<String>,
+    child: Option<Child>,
+}
+
+/// Whether `binary` runs here; without it a test is skipped with a note, or fails under CI.
+pub fn installed(binary: &str) -> bool {
+    let found = Command::new(binary)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{binary} is not installed (apt-get install redis-server redis-tools)"
+        );
+        eprintln!("note: {binary} is not installed; skipping a shared-cache test");
+    }
+    found
+}
+
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `condition` every 20 ms for up to `limit`; panics naming `what` past it.
+pub fn wait_for(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl RedisServer {
+    /// Starts one, or returns `None` (and says so) where redis-server is not installed.
+    pub fn start() -> Option<RedisServer> {
+        Self::start_with(Vec::new())
+    }
+
+    /// Starts one with further arguments (e.g. `--tls-port …`); `None` as [`start`](Self::start).
+    pub fn start_with(extra: Vec<String>) -> Option<RedisServer> {
+        if !installed("redis-server") {
+            return None;
+        }
+        let mut server = RedisServer {
+            port: free_port(),
+            extra,
+            child: None,
+        };
+        server.launch();
+        Some(server)
+    }
+
+    /// The plain port (for the test's own look at the data).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn launch(&mut self) {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self
+                .connection()
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                .is_ok()
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not answer PING on port {}", self.port);
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A plain connection as Redis's `default` user, for the test's own commands.
+    pub fn connection(&self) -> redis::RedisResult<redis::Connection> {
+        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_millis(200))
+    }
+
+    /// Kills the server (as a crash would).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+
+    /// Every key, with its value (strings) or members (sets), as bytes.
+    pub fn dump(&self) -> Vec<(Vec<u8>, Vec<Vec<u8>>)> {
+        let mut c = self.connection().unwrap();
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
+        keys.into_iter()
+            .map(|key| {
+                let kind: String = redis::cmd("TYPE").arg(&key).query(&mut c).unwrap();
+                let values = match kind.as_str() {
+                    "string" => vec![redis::cmd("GET").arg(&key).query(&mut c).unwrap()],
+                    "set" => redis::cmd("SMEMBERS").arg(&key).query(&mut c).unwrap(),
+                    other => panic!("unexpected Redis type {other}"),
+                };
+                (key, values)
+            })
+            .collect()
+    }
+
+    /// Overwrites every string value with `value`.
+    pub fn overwrite_strings(&self, value: &str) {
+        let mut c = self.connection().unwrap();
+        for (key, _) in self.dump() {
+            let kind: String = redis::cmd("TYPE").arg(&key).query(&mut c).unwrap();
+            if kind == "string" {
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg(value)
+                    .arg("KEEPTTL")
+                    .query::<()>(&mut c)
+                    .unwrap();
+            }
+        }
+    }
+
+    /// Runs `args` as one command as the `default` user.
+    pub fn command(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
+        let mut cmd = redis::cmd(args[0]);
+        for arg in &args[1..] {
+            cmd.arg(*arg);
+        }
+        cmd.query(&mut self.connection()?)
+    }
+
+    pub fn key_count(&self) -> usize {
+        self.connection()
+            .and_then(|mut c| redis::cmd("DBSIZE").query::<usize>(&mut c))
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
