@@ -84,9 +84,8 @@ impl fmt::Display for ErrorCode {
 /// later try can succeed. The message names the auth API's host and the HTTP status where there
 /// was one, never the token.
 ///
-/// Five words, so that `Result<Arc<User>, ResolveError>` is too: every cache hit returns one,
-/// and at eight words it cost a hit some 2.5% more (`cargo bench --bench resolve`, the two
-/// builds alternated). Hence the one-pointer [`ApiHost`] and [`Cause`], and details as
+/// Small, so that `Result<Arc<User>, ResolveError>` is too: every cache hit returns one and
+/// pays for its size. Hence the one-pointer [`ApiHost`] and [`Cause`], and details as
 /// `Box<str>`.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -361,7 +360,7 @@ mod tests {
 
     #[test]
     fn a_resolution_result_is_at_most_five_words() {
-        // What every cache hit returns; see the type's doc for what eight words cost. A new
+        // What every cache hit returns (docs/performance.md has what eight words cost). A new
         // field that pushes a variant past four words fails here.
         let words = std::mem::size_of::<Result<Arc<crate::User>, ResolveError>>() / 8;
         assert!(words <= 5, "{words} words");

@@ -101,8 +101,8 @@ const OUTCOMES: [&str; 4 + ErrorCode::ALL.len()] = {
 
 /// A resolver's [`RESOLUTIONS_TOTAL`] counters, one handle per outcome, registered with the
 /// recorder at the first resolution. Counting is then a call on a handle; the `counter!` macro
-/// would build and hash the key on every resolution (about 200 instructions of a ~2,400
-/// instruction cache hit, with no recorder at all) and have the recorder look it up.
+/// would build and hash the key on every resolution, even with no recorder at all, and have
+/// the recorder look it up.
 #[derive(Default)]
 pub(crate) struct Resolutions {
     handles: OnceLock<Box<[Counter; OUTCOMES.len()]>>,

@@ -5,7 +5,7 @@
 //! `get` finds the owned [`CacheKey`] from it through `moka::Equivalent`, with plain calls.
 //! The other look-ups, off the hit path (the in-flight map, a std `HashMap` that knows only
 //! `Borrow`; moka's `invalidate` and `contains_key`), go through `Borrow<dyn KeyView>`, whose
-//! `dyn` calls had cost a hit some 10%. Both ways hash and compare through the same two
+//! `dyn` calls the hit path is kept free of. Both ways hash and compare through the same two
 //! functions. Keys hold the whole token, so two tokens never share an entry; a token of up to
 //! [`INLINE_TOKEN_BYTES`] is kept inside the key, without an allocation of its own.
 //!
@@ -15,9 +15,9 @@
 //! (and each in-flight map), over the endpoint's own hash (computed once when the authUrl was
 //! parsed, see [`Endpoint::key_hash`]) and the token's bytes. Players choose their tokens, and
 //! rejected ones are cached too, so the hasher must be keyed: a fixed hash would let a client
-//! pick tokens that all land in one bucket. foldhash is keyed and already in the dependency
-//! tree (through hashbrown); it hashes a 43-byte token in a few dozen instructions where
-//! SipHash-1-3, std's default, took ~500 for the endpoint and the token. Its resistance is the
+//! pick tokens that all land in one bucket. foldhash is keyed, already in the dependency tree
+//! (through hashbrown), and far cheaper per token than SipHash-1-3, std's default (see
+//! `docs/performance.md`). Its resistance is the
 //! "minimal" kind its authors describe: an attacker who does not know the seed cannot make keys
 //! collide, one who could watch hash outputs could learn it. The cache never shows a hash, and
 //! an attacker's keys each cost an upstream call under the slot limit, so we take that trade;
@@ -173,7 +173,8 @@ impl KeyView for KeyRef<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::local::{Cache, Cached};
+    use crate::cache::entry::Cached;
+    use crate::cache::store::Store as Cache;
     use crate::cache::{Lookup, Verdict};
     use crate::user::User;
     use std::time::Duration;

@@ -5,7 +5,9 @@
 use std::sync::Weak;
 use std::time::Duration;
 
-use super::{Cached, Local, TokenFingerprint};
+use super::entry::Cached;
+use super::local::Local;
+use super::revocation::TokenFingerprint;
 use crate::error::ConfigError;
 
 /// Where the shared tier would be; no value exists without the `redis` feature.

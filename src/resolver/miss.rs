@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
+use super::outcome::{rejected, CacheOutcome, Resolution};
 use super::stats::Counter;
-use super::{rejected, CacheOutcome, Resolution, Resolver};
+use super::Resolver;
 use crate::auth_url::Endpoint;
 use crate::cache::{CacheKey, Cached, KeyRef, Verdict};
 use crate::error::{ErrorCode, ResolveError};

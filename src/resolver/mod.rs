@@ -19,6 +19,7 @@ pub(crate) mod builder;
 mod expiry;
 mod flight;
 mod miss;
+mod outcome;
 pub(crate) mod request;
 mod revoke;
 pub(crate) mod stats;
@@ -35,12 +36,13 @@ use tracing::{Instrument, Span};
 
 pub use self::builder::ResolverBuilder;
 use self::flight::Flights;
+use self::outcome::{rejected, CacheOutcome, Resolution};
 pub use self::request::{ConnectRequest, Identity, JoinRequest};
 pub use self::stats::Stats;
 use self::stats::{Counter, Counters};
 use crate::auth_url::{AllowList, Endpoint};
 use crate::cache::{KeyRef, Lookup, Tiers, Verdict};
-use crate::error::{ApiHost, ResolveError};
+use crate::error::ResolveError;
 use crate::telemetry;
 use crate::token;
 use crate::upstream::Upstream;
@@ -88,28 +90,6 @@ struct Inner {
     resolutions: telemetry::Resolutions,
 }
 
-/// How a resolution was answered, for its span and its metric.
-#[derive(Clone, Copy)]
-enum CacheOutcome {
-    Hit,
-    NegativeHit,
-    Miss,
-    Coalesced,
-    Stale,
-}
-
-impl CacheOutcome {
-    fn as_str(self) -> &'static str {
-        match self {
-            CacheOutcome::Hit => "hit",
-            CacheOutcome::NegativeHit => "negative_hit",
-            CacheOutcome::Miss => "miss",
-            CacheOutcome::Coalesced => "coalesced",
-            CacheOutcome::Stale => "stale",
-        }
-    }
-}
-
 /// Where a resolution goes: a client-supplied authUrl, or the configured default.
 #[derive(Clone, Copy)]
 enum Target<'a> {
@@ -117,9 +97,16 @@ enum Target<'a> {
     Default,
 }
 
-/// What a resolution ends with: the user and how it came, or the error and, when the cache was
-/// reached, how.
-type Resolution = Result<(Arc<User>, CacheOutcome), (ResolveError, Option<CacheOutcome>)>;
+/// How far a resolution got before the slow path took over: refused by its front half, or
+/// looked up in the cache, or not started (the slow path begins in its span).
+enum Seen<'a> {
+    Nothing,
+    Refused(ResolveError),
+    Looked {
+        endpoint: Cow<'a, Arc<Endpoint>>,
+        lookup: Lookup,
+    },
+}
 
 // A resolver is shared across tasks and threads.
 const _: fn() = || {
@@ -248,39 +235,39 @@ impl Resolver {
     }
 
     /// The usual case, answered in plain synchronous code before any future of the slow path
-    /// exists: a fresh cached user, counted. Anything else is `Err` with what the cache said,
-    /// if it was asked, for [`resolve_slow`](Self::resolve_slow) to go on from.
+    /// exists: a fresh cached user, counted. Anything else is `Err` with how far the resolution
+    /// got ([`Seen`]), for [`resolve_slow`](Self::resolve_slow) to go on from.
     ///
     /// Only while nothing listens at DEBUG, where the slow path's span would be disabled
     /// anyway: a hit then has nothing to record.
     #[inline(always)]
-    fn hit(&self, target: Target<'_>, token: &str) -> Result<Arc<User>, Option<Lookup>> {
+    fn hit<'a>(&'a self, target: Target<'_>, token: &str) -> Result<Arc<User>, Seen<'a>> {
         if tracing::level_enabled!(tracing::Level::DEBUG) {
-            return Err(None);
+            return Err(Seen::Nothing);
         }
         self.try_hit(target, token)
     }
 
-    /// Everything but a quiet hit, boxed: the slow path's state is some 2,700 bytes, and the
-    /// futures `resolve` and the others return held it inline (336 bytes with the miss boxed
-    /// further in; 72 now), which cost a cache hit some 4% to set up and drop. A miss pays one
-    /// allocation beside its upstream call.
+    /// Everything but a quiet hit, boxed: the slow path's state is far larger than the hit's,
+    /// and the futures `resolve` and the others return would otherwise hold it inline, which
+    /// every cache hit would pay to set up and drop. A miss pays one allocation beside its
+    /// upstream call.
     fn resolve_slow<'a>(
         &'a self,
         target: Target<'a>,
         token: &'a str,
-        seen: Option<Lookup>,
+        seen: Seen<'a>,
     ) -> Pin<Box<impl Future<Output = Result<Arc<User>, ResolveError>> + Send + 'a>> {
         Box::pin(self.resolve_traced(target, token, seen))
     }
 
-    /// One resolution in its span, counted in the metrics; `seen` is the cache's answer when
-    /// [`hit`](Self::hit) already asked.
+    /// One resolution in its span, counted in the metrics; `seen` is how far
+    /// [`hit`](Self::hit) got.
     async fn resolve_traced(
         &self,
         target: Target<'_>,
         token: &str,
-        seen: Option<Lookup>,
+        seen: Seen<'_>,
     ) -> Result<Arc<User>, ResolveError> {
         // Quiet: `hit` asked already (if the level changed since, the worst is one look-up
         // more or the one `resolve_inner` makes).
@@ -293,8 +280,8 @@ impl Resolver {
             error = Empty
         );
         // With no subscriber listening at this level the span is a no-op: skip entering it on
-        // every poll (about a tenth of a cache hit's instructions), and skip recording into it
-        // (each `record` looks its field up by name, even on a disabled span).
+        // every poll, and skip recording into it (each `record` looks its field up by name,
+        // even on a disabled span).
         if span.is_disabled() {
             // DEBUG is on for other targets only: the same fast answer.
             let seen = if quiet {
@@ -314,7 +301,7 @@ impl Resolver {
             return result.map(|(user, _)| user).map_err(|(error, _)| error);
         }
         let result = self
-            .resolve_inner(target, token, &span, None)
+            .resolve_inner(target, token, &span, Seen::Nothing)
             .instrument(span.clone())
             .await;
         let label = match &result {
@@ -335,18 +322,44 @@ impl Resolver {
         result.map(|(user, _)| user).map_err(|(error, _)| error)
     }
 
-    /// A fresh cached user for `target` and `token`, counted as a hit (in [`Stats`] and in the
-    /// resolutions metric); `Err` for anything else (a miss, a rejection, a refused authUrl or
-    /// token), which `resolve_inner` then works out and reports. The `Err` holds what the cache
-    /// said, when it was asked, so that `resolve_inner` does not ask it again.
+    /// The front half of every resolution, hit or miss, in the order a hostile client meets
+    /// it: the authUrl against the allowlist (or the default one), then the token's size. The
+    /// endpoint to resolve at, borrowed from the configuration when it is one of its own.
+    ///
+    /// Only the size: every cached token passed the full syntax check before it was stored, so
+    /// a hit needs no scan. A miss scans before anything else.
     #[inline(always)]
-    fn try_hit(&self, target: Target<'_>, token: &str) -> Result<Arc<User>, Option<Lookup>> {
+    fn front<'a>(
+        &'a self,
+        target: Target<'_>,
+        token: &str,
+    ) -> Result<Cow<'a, Arc<Endpoint>>, ResolveError> {
         let inner = &*self.inner;
         let endpoint = match target {
-            Target::Url(url) => inner.allow.check(url).map_err(|_| None)?,
-            Target::Default => Cow::Borrowed(inner.default_endpoint.as_ref().ok_or(None)?),
+            Target::Url(url) => {
+                inner
+                    .allow
+                    .check(url)
+                    .map_err(|refused| ResolveError::AuthUrlNotAllowed {
+                        reason: refused.to_string(),
+                    })?
+            }
+            Target::Default => match &inner.default_endpoint {
+                Some(endpoint) => Cow::Borrowed(endpoint),
+                None => return Err(no_default_auth_url()),
+            },
         };
-        token::check_size(token).map_err(|_| None)?;
+        token::check_size(token)?;
+        Ok(endpoint)
+    }
+
+    /// A fresh cached user for `target` and `token`, counted as a hit (in [`Stats`] and in the
+    /// resolutions metric); `Err` for anything else with how far it got, so that
+    /// `resolve_inner` goes on from there instead of asking again.
+    #[inline(always)]
+    fn try_hit<'a>(&'a self, target: Target<'_>, token: &str) -> Result<Arc<User>, Seen<'a>> {
+        let inner = &*self.inner;
+        let endpoint = self.front(target, token).map_err(Seen::Refused)?;
         let key = KeyRef {
             endpoint: &endpoint,
             token,
@@ -357,43 +370,40 @@ impl Resolver {
                 inner.resolutions.count_hit();
                 Ok(user)
             }
-            other => Err(Some(other)),
+            lookup => Err(Seen::Looked { endpoint, lookup }),
         }
     }
 
-    /// A resolution from the start, or from `seen`, the cache's answer for this key when
-    /// `try_hit` already asked.
+    /// A resolution from where `seen` says [`try_hit`](Self::try_hit) stopped, or from the
+    /// start.
     async fn resolve_inner(
         &self,
         target: Target<'_>,
         token: &str,
         span: &Span,
-        seen: Option<Lookup>,
+        seen: Seen<'_>,
     ) -> Resolution {
         let inner = &*self.inner;
-        let endpoint = match target {
-            Target::Url(url) => inner.allow.check(url),
-            Target::Default => inner
-                .default_endpoint
-                .as_ref()
-                .map(Cow::Borrowed)
-                .ok_or_else(|| ResolveError::AuthUrlNotAllowed {
-                    reason: "no authUrl was given and no default_auth_url is configured".to_owned(),
-                }),
-        }
-        .map_err(|e| (e, None))?;
+        let (endpoint, lookup) = match seen {
+            Seen::Refused(error) => return Err((error, None)),
+            Seen::Looked { endpoint, lookup } => (endpoint, lookup),
+            Seen::Nothing => {
+                let endpoint = self.front(target, token).map_err(|e| (e, None))?;
+                let lookup = inner.cache.lookup(&KeyRef {
+                    endpoint: &endpoint,
+                    token,
+                });
+                (endpoint, lookup)
+            }
+        };
         if !span.is_disabled() {
             span.record("auth_host", endpoint.host());
         }
-        // Only the size here: every cached token passed the full syntax check before it was
-        // stored, so a hit needs no scan. A miss scans before anything else.
-        token::check_size(token).map_err(|e| (e, None))?;
-
         let key = KeyRef {
             endpoint: &endpoint,
             token,
         };
-        let stale = match seen.unwrap_or_else(|| inner.cache.lookup(&key)) {
+        let stale = match lookup {
             Lookup::Fresh(Verdict::User(user)) => {
                 inner.counters.bump(Counter::Hits);
                 return Ok((user, CacheOutcome::Hit));
@@ -453,11 +463,10 @@ impl Resolver {
     }
 }
 
-/// The error for a token the API at `endpoint` rejected with `status`.
-fn rejected(endpoint: &Arc<Endpoint>, status: u16) -> ResolveError {
-    ResolveError::TokenRejected {
-        host: ApiHost::of(endpoint),
-        status,
+/// The error for a resolution at the default authUrl when none is configured.
+fn no_default_auth_url() -> ResolveError {
+    ResolveError::AuthUrlNotAllowed {
+        reason: "no authUrl was given and no default_auth_url is configured".to_owned(),
     }
 }
 

@@ -2,8 +2,8 @@
 //! resolutions on different threads never write to the same cache line.
 //!
 //! One shared `AtomicU64` bumped on every hit makes two threads trade its cache line on every
-//! hit: in a standalone loop on a 2-core machine it took what a second thread adds from 1.85x to
-//! 1.05x. Each thread here bumps its own stripe; a read sums the stripes.
+//! hit, and takes away most of what a second thread adds. Each thread here bumps its own
+//! stripe; a read sums the stripes.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -71,7 +71,7 @@ pub(crate) struct Counters {
 impl Counters {
     /// Adds one to `counter`, on this thread's stripe. A thread that owns its stripe alone
     /// (one of the first [`OWNED`] threads to count) adds with a plain load and store: it is the
-    /// stripe's only writer, and a locked add costs a cache hit some 5%. Later threads share
+    /// stripe's only writer, and a locked add is a noticeable part of a cache hit. Later threads share
     /// the remaining stripes and add atomically.
     #[inline(always)]
     pub(crate) fn bump(&self, counter: Counter) {

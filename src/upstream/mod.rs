@@ -189,7 +189,7 @@ impl Upstream {
             // back in its pool from a task of its own, a moment after the body was read; a call
             // that took the slot before that would open a connection (and make a TLS
             // handshake) of its own. Letting those tasks run first keeps the connections
-            // within the slots (the storm of `load --storm` opened 80 for 64 slots).
+            // within the slots, as `load --storm` checks.
             for _ in 0..YIELDS_BEFORE_RELEASE {
                 tokio::task::yield_now().await;
             }

@@ -22,8 +22,8 @@ use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use super::handler::Shared;
 use super::revoke;
+use super::state::Shared;
 use super::telemetry::Metrics;
 use token_resolver_listener::http::{self, HttpLimits};
 use token_resolver_listener::AdminSecret;

@@ -52,7 +52,9 @@
 //! - this file: [`GameServer`], which starts a server, and [`RunningGameServer`], one serving;
 //! - `config`: [`RoomConfig`], [`GameServerConfig`] and [`GameServerError`];
 //! - `protocol`: the messages, the error codes and reading one bounded line;
-//! - `handler`: the rooms and members every connection shares, and handling one message;
+//! - `state`: what every session of one server shares (the resolver, the rooms and their
+//!   members, the connection cap, the drain signals, the registry of live sessions);
+//! - `handler`: handling one message: the game logic of connect, search, join and refresh;
 //! - `session`: one session's message loop, whatever the transport, and the `Transport`
 //!   trait the transports implement;
 //! - `tcp`: the TCP transport: accept loop, connection cap, lines;
@@ -74,6 +76,7 @@ mod live;
 mod protocol;
 mod revoke;
 mod session;
+mod state;
 mod tcp;
 pub mod telemetry;
 mod websocket;
@@ -90,11 +93,11 @@ pub use self::admin::{AdminConfig, RunningAdmin};
 use self::config::validate_rooms;
 pub use self::config::{GameServerConfig, GameServerError, RoomConfig};
 pub use self::game_client::{GameClient, GameClientError, Joined, Push};
-use self::handler::{normalised, Room, Shared};
 pub use self::protocol::{
     Player, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, REFRESH_MISMATCH, ROOM_NOT_FOUND,
     SERVER_BUSY, SESSION_EXPIRED,
 };
+use self::state::{normalised, Room, Shared};
 pub use self::websocket::WebSocketConfig;
 /// The admin secret of `POST /admin/revoke`: the reference API's type, since both sides share
 /// one secret (`TOKEN_RESOLVER_ADMIN_TOKEN`).
@@ -170,7 +173,11 @@ impl GameServer {
         let _ = self.resolver.shared_cache_subscribed();
         let shared = Arc::new(Shared::new(self.resolver, rooms, room_infos, self.config));
         shared.set_accepting(true);
-        tokio::spawn(live::listen(Arc::downgrade(&shared)));
+        tokio::spawn(live::listen(
+            shared.resolver.revocations(),
+            shared.cut.clone(),
+            Arc::downgrade(&shared.registry),
+        ));
         let accepting = shared.clone();
         let task = ServerTask::spawn(|stopped| tcp::accept_loop(listener, accepting, stopped));
         tracing::info!(%local_addr, "game server listening");

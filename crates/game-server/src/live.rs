@@ -11,14 +11,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::handler::Shared;
 use super::protocol::encode;
 use super::telemetry::REVOKED_TOTAL;
-use token_resolver::{AccessToken, Expiry, Revocation, TokenFingerprint};
+use token_resolver::{AccessToken, Expiry, Resolver, Revocation, TokenFingerprint};
 
 /// Which request a credential came from: a session holds at most one of each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,24 +223,24 @@ fn names(revocation: &Revocation, held: &[(String, TokenFingerprint, i64)]) -> O
     })
 }
 
-/// Applies the resolver's revocations to the sessions of the server behind `shared` until it
-/// is cut or gone; a lag (revocations missed) makes every session check its tokens again.
-pub(super) async fn listen(shared: Weak<Shared>) {
-    let (mut revocations, cut) = match shared.upgrade() {
-        Some(shared) => (shared.resolver.revocations(), shared.cut.clone()),
-        None => return,
-    };
+/// Applies `revocations` to the sessions in `registry` until the server is `cut` or gone; a lag
+/// (revocations missed) makes every session check its tokens again.
+pub(super) async fn listen(
+    mut revocations: broadcast::Receiver<Revocation>,
+    cut: CancellationToken,
+    registry: Weak<Registry>,
+) {
     loop {
         let received = tokio::select! {
             () = cut.cancelled() => return,
             received = revocations.recv() => received,
         };
-        let Some(shared) = shared.upgrade() else {
+        let Some(registry) = registry.upgrade() else {
             return;
         };
         match received {
             Ok(revocation) => {
-                let kicked = shared.registry.revoke(&revocation);
+                let kicked = registry.revoke(&revocation);
                 if kicked > 0 {
                     tracing::info!(kicked, "sessions revoked");
                 }
@@ -251,7 +250,7 @@ pub(super) async fn listen(shared: Weak<Shared>) {
                     missed,
                     "revocations missed: every session checks its tokens"
                 );
-                shared.registry.revoke(&Revocation::Recheck);
+                registry.revoke(&Revocation::Recheck);
             }
             Err(RecvError::Closed) => return,
         }
@@ -381,8 +380,8 @@ impl Timers {
 /// fall; an unreachable API does not, so that an outage does not close sessions. A token past
 /// its expiry is not asked about: it is the grace timer's business, and its session may still
 /// send a refresh.
-pub(super) async fn still_stands(shared: &Shared, holdings: &Holdings) -> bool {
-    let clock_skew = shared.resolver.clock_skew();
+pub(super) async fn still_stands(resolver: &Resolver, holdings: &Holdings) -> bool {
+    let clock_skew = resolver.clock_skew();
     for credential in &holdings.credentials {
         if credential
             .expires_at
@@ -391,7 +390,7 @@ pub(super) async fn still_stands(shared: &Shared, holdings: &Holdings) -> bool {
             continue;
         }
         let token = credential.token.secret();
-        match shared.resolver.resolve(&credential.endpoint, token).await {
+        match resolver.resolve(&credential.endpoint, token).await {
             Ok(user) if user.id != credential.user_id => return false,
             Err(e) if e.is_rejected() => return false,
             Ok(_) | Err(_) => {}

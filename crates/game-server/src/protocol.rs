@@ -35,7 +35,7 @@ pub const REFRESH_MISMATCH: &str = "refresh_mismatch";
 pub const SESSION_EXPIRED: &str = "session_expired";
 
 /// The error codes this server may send: its own, then the resolver's.
-pub(super) fn known_code(code: &str) -> Option<&'static str> {
+fn known_code(code: &str) -> Option<&'static str> {
     [
         ROOM_NOT_FOUND,
         BAD_REQUEST,
@@ -110,9 +110,11 @@ impl Player {
 }
 
 /// `{"type":"error", ...}`: a request refused, or the reason the server closes; counted in
-/// `game_server_errors_total` under its code.
+/// `game_server_errors_total` under its code. The game server's codes and the resolver's are
+/// static strings; any other is counted as `other`, so a label never carries client input.
 pub(super) fn refusal(code: &str, message: &str, retryable: bool) -> Vec<u8> {
-    telemetry::count_error(code);
+    let label = known_code(code).unwrap_or("other");
+    metrics::counter!(telemetry::ERRORS_TOTAL, "code" => label).increment(1);
     encode(&json!({"type": "error", "error": code, "message": message, "retryable": retryable}))
 }
 

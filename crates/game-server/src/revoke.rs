@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 
-use super::handler::Shared;
+use super::state::Shared;
 use token_resolver::{check_syntax, Endpoint, Revocation};
 use token_resolver_listener::AdminSecret;
 

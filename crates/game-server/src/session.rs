@@ -13,11 +13,12 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::handler::{handle, Reply, Shared};
+use super::handler::{handle, Reply};
 use super::live::{reauth_required, revoked, still_stands, Due, Holdings, Mark, Meanwhile, Timers};
 use super::protocol::{
     refusal, shutdown, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, SESSION_EXPIRED,
 };
+use super::state::Shared;
 use super::telemetry::{SESSIONS_OPEN, SESSIONS_TOTAL};
 
 /// What a transport read.
@@ -262,7 +263,7 @@ async fn recheck<T: Transport>(
     shared: &Shared,
     holdings: &Holdings,
 ) -> Option<(&'static str, Close)> {
-    if still_stands(shared, holdings).await {
+    if still_stands(&shared.resolver, holdings).await {
         return None;
     }
     let _ = send(transport, revoked(), shared).await;

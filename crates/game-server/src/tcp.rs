@@ -13,9 +13,9 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::Instrument;
 
-use super::handler::Shared;
 use super::protocol::{read_line, refusal, Line, SERVER_BUSY};
 use super::session::{self, Close, Incoming, Transport};
+use super::state::Shared;
 use super::telemetry::CONNECTIONS_REFUSED_TOTAL;
 use token_resolver_listener::Stopped;
 

@@ -36,13 +36,6 @@ pub const LATENCY_BUCKETS: [f64; 14] = [
 /// keeps its memory bounded between scrapes.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
-/// Counts one error message under its code. The game server's codes and the resolver's are
-/// static strings; any other is counted as `other`, so a label never carries client input.
-pub(super) fn count_error(code: &str) {
-    let code = super::protocol::known_code(code).unwrap_or("other");
-    metrics::counter!(ERRORS_TOTAL, "code" => code).increment(1);
-}
-
 /// This process's metrics in the Prometheus text format: the recorder every `metrics` call of
 /// the process reports to, installed once, with latency histograms as true histograms.
 #[derive(Debug, Clone)]

@@ -24,9 +24,9 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
-use super::handler::Shared;
 use super::protocol::{refusal, BAD_REQUEST, SERVER_BUSY};
 use super::session::{self, Close, Incoming, Transport};
+use super::state::Shared;
 use super::telemetry::CONNECTIONS_REFUSED_TOTAL;
 use token_resolver_listener::http::{self, HttpLimits};
 use token_resolver_listener::ServerTask;

@@ -5,8 +5,8 @@
 //!
 //! It owns building the clients (credentials filled in where a URL has none, the private CA,
 //! timeouts), establishing a connection off the caller's deadline, forgetting one that broke,
-//! and the per-form parts of pub/sub and of emptying the tier. What is stored where is the
-//! rest of the `redis` module's business.
+//! the per-form parts of pub/sub and of emptying the tier, and [`RedisTier::check`], which
+//! connects once on demand. What is stored where is the rest of the `redis` module's business.
 
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -22,8 +22,39 @@ use redis::{
 };
 
 use super::conn::Conn;
+use super::error::RedisTierError;
 use super::tier::{redact_url, RedisTier, Target};
 use crate::error::ConfigError;
+
+impl RedisTier {
+    /// Connects once, within `timeout`, and asks Redis for a `PING`: what a game server does at
+    /// start to refuse a configuration that cannot work (an untrusted certificate, a wrong
+    /// password, a master name no sentinel knows) before it takes players.
+    ///
+    /// # Errors
+    ///
+    /// A [`RedisTierError`] saying what is wrong; [`RedisTierError::is_config`] tells a
+    /// configuration to fix from a Redis that is only down for now (the tier, once running,
+    /// keeps trying by itself and resolutions go on through the API meanwhile).
+    pub async fn check(&self, timeout: Duration) -> Result<(), RedisTierError> {
+        let backend = Backend::new(self).map_err(RedisTierError::Config)?;
+        match tokio::time::timeout(timeout, backend.ping()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(RedisTierError::from_redis(&e, self.master_name())),
+            Err(_) => Err(RedisTierError::Unreachable {
+                detail: format!("no answer within {timeout:?}"),
+            }),
+        }
+    }
+
+    /// The master's name, in Sentinel form.
+    fn master_name(&self) -> Option<&str> {
+        match &self.target {
+            Target::Sentinel { master, .. } => Some(master),
+            Target::Server(_) | Target::Cluster(_) => None,
+        }
+    }
+}
 
 /// How this node reaches Redis, with its connection once made.
 pub(super) struct Backend {

@@ -8,7 +8,6 @@ use std::error::Error as StdError;
 
 use redis::{ErrorKind, RedisError};
 
-use super::tier::{RedisTier, Target};
 use crate::error::ConfigError;
 
 /// What is wrong with the shared Redis tier, from [`RedisTier::check`](super::RedisTier::check).
@@ -61,8 +60,9 @@ impl RedisTierError {
         !matches!(self, RedisTierError::Unreachable { .. })
     }
 
-    /// The variant for a `redis` crate error met while using `tier`.
-    pub(super) fn from_redis(error: &RedisError, tier: &RedisTier) -> Self {
+    /// The variant for a `redis` crate error met while reaching the tier; `master` is the
+    /// master's name in Sentinel form.
+    pub(super) fn from_redis(error: &RedisError, master: Option<&str>) -> Self {
         let detail = describe(error);
         if is_tls(error) {
             return RedisTierError::Tls { detail };
@@ -70,10 +70,7 @@ impl RedisTierError {
         match error.kind() {
             ErrorKind::AuthenticationFailed => RedisTierError::Auth { detail },
             ErrorKind::MasterNameNotFoundBySentinel | ErrorKind::NoValidReplicasFoundBySentinel => {
-                let name = match &tier.target {
-                    Target::Sentinel { master, .. } => master.clone(),
-                    _ => String::new(),
-                };
+                let name = master.unwrap_or_default().to_owned();
                 RedisTierError::UnknownMaster { name }
             }
             ErrorKind::Io | ErrorKind::ClusterConnectionNotFound => {

@@ -53,7 +53,7 @@ impl Invalidation {
                 Revocation::All
             }
         };
-        local.revocations.publish(revocation);
+        local.publish(revocation);
     }
 }
 

@@ -5,9 +5,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::connect::Backend;
-use super::error::RedisTierError;
-
 /// Where and how to reach the shared Redis tier; give it to
 /// [`ResolverBuilder::shared_cache`](crate::ResolverBuilder::shared_cache).
 ///
@@ -179,26 +176,6 @@ impl RedisTier {
         RedisTier {
             op_timeout: timeout,
             ..self
-        }
-    }
-
-    /// Connects once, within `timeout`, and asks Redis for a `PING`: what a game server does at
-    /// start to refuse a configuration that cannot work (an untrusted certificate, a wrong
-    /// password, a master name no sentinel knows) before it takes players.
-    ///
-    /// # Errors
-    ///
-    /// A [`RedisTierError`] saying what is wrong; [`RedisTierError::is_config`] tells a
-    /// configuration to fix from a Redis that is only down for now (the tier, once running,
-    /// keeps trying by itself and resolutions go on through the API meanwhile).
-    pub async fn check(&self, timeout: Duration) -> Result<(), RedisTierError> {
-        let backend = Backend::new(self).map_err(RedisTierError::Config)?;
-        match tokio::time::timeout(timeout, backend.ping()).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(RedisTierError::from_redis(&e, self)),
-            Err(_) => Err(RedisTierError::Unreachable {
-                detail: format!("no answer within {timeout:?}"),
-            }),
         }
     }
 }

@@ -1,0 +1,172 @@
+//! What every session of one server shares, [`Shared`]: the resolver, the rooms and who is in
+//! them, the connection cap, the drain signals and the registry of live sessions.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::config::GameServerConfig;
+use super::live::Registry;
+use token_resolver::{Endpoint, Identity, Resolver};
+use token_resolver_player::RoomInfo;
+
+/// A room as the server keeps it.
+#[derive(Debug)]
+pub(super) struct Room {
+    /// The room's id.
+    pub(super) id: String,
+    /// The configured authUrl as written, or `""`: what the resolver is asked with.
+    pub(super) auth_url: String,
+    /// The normalised endpoint of `auth_url` (`None` without one): what a join's authUrl is
+    /// compared with.
+    pub(super) endpoint: Option<String>,
+}
+
+impl Room {
+    /// Whether a join's `authUrl` names this room's auth server: both empty, or both the same
+    /// endpoint after normalisation.
+    pub(super) fn accepts(&self, claimed: &str) -> bool {
+        match (&self.endpoint, claimed) {
+            (None, "") => true,
+            (Some(own), claimed) if !claimed.is_empty() => {
+                normalised(claimed).as_ref() == Some(own)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// What every connection task of one server shares.
+#[derive(Debug)]
+pub(super) struct Shared {
+    /// Resolves connect and join tokens.
+    pub(super) resolver: Resolver,
+    /// The rooms, for join.
+    pub(super) rooms: Vec<Room>,
+    /// The rooms as `search_room` answers them over TCP.
+    pub(super) room_infos: Vec<RoomInfo>,
+    /// The rooms as `search_room` answers them over the WebSocket listener, once it listens.
+    pub(super) ws_room_infos: OnceLock<Vec<RoomInfo>>,
+    /// Room id -> connection -> who joined.
+    pub(super) members: Mutex<HashMap<String, HashMap<u64, Identity>>>,
+    /// Limits.
+    pub(super) config: GameServerConfig,
+    /// The next connection number.
+    pub(super) next_connection: AtomicU64,
+    /// One permit per open session, on any transport: `max_connections` in all.
+    pub(super) slots: Arc<Semaphore>,
+    /// Every session's task, to wait for them while draining.
+    pub(super) sessions: TaskTracker,
+    /// Fires when the server starts draining: idle sessions say `shutdown` and close, busy
+    /// ones after the message in progress.
+    pub(super) draining: CancellationToken,
+    /// Fires when draining is over: every session still open closes at once.
+    pub(super) cut: CancellationToken,
+    /// Whether the TCP listener accepts connections now.
+    pub(super) accepting: AtomicBool,
+    /// The sessions that resolved a token, for revocations to find.
+    pub(super) registry: Arc<Registry>,
+}
+
+impl Shared {
+    /// What every session of a new server shares.
+    pub(super) fn new(
+        resolver: Resolver,
+        rooms: Vec<Room>,
+        room_infos: Vec<RoomInfo>,
+        config: GameServerConfig,
+    ) -> Shared {
+        Shared {
+            resolver,
+            rooms,
+            room_infos,
+            ws_room_infos: OnceLock::new(),
+            members: Mutex::new(HashMap::new()),
+            next_connection: AtomicU64::new(1),
+            slots: Arc::new(Semaphore::new(config.max_connections)),
+            sessions: TaskTracker::new(),
+            draining: CancellationToken::new(),
+            cut: CancellationToken::new(),
+            accepting: AtomicBool::new(false),
+            registry: Arc::default(),
+            config,
+        }
+    }
+
+    /// A number for a new connection, unique on this server, counting from 1.
+    pub(super) fn next_connection(&self) -> u64 {
+        self.next_connection.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(super) fn set_accepting(&self, accepting: bool) {
+        self.accepting.store(accepting, Ordering::Release);
+    }
+
+    /// Whether the TCP listener accepts connections now.
+    pub(super) fn is_accepting(&self) -> bool {
+        self.accepting.load(Ordering::Acquire)
+    }
+
+    /// Locks the member table; a panic while holding it leaves only whole map operations
+    /// behind, so a poisoned lock is still usable.
+    pub(super) fn members(&self) -> MutexGuard<'_, HashMap<String, HashMap<u64, Identity>>> {
+        self.members
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Puts `connection` in `room`, taking it out of any other.
+    pub(super) fn enter(&self, connection: u64, room: &str, identity: Identity) {
+        let mut members = self.members();
+        leave_all(&mut members, connection);
+        members
+            .entry(room.to_owned())
+            .or_default()
+            .insert(connection, identity);
+    }
+
+    pub(super) fn leave(&self, connection: u64) {
+        leave_all(&mut self.members(), connection);
+    }
+}
+
+fn leave_all(members: &mut HashMap<String, HashMap<u64, Identity>>, connection: u64) {
+    members.retain(|_, room| {
+        room.remove(&connection);
+        !room.is_empty()
+    });
+}
+
+/// The normalised endpoint of an authUrl; `None` when it does not parse.
+pub(super) fn normalised(auth_url: &str) -> Option<String> {
+    Endpoint::parse(auth_url, true)
+        .ok()
+        .map(|endpoint| endpoint.as_str().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_room_accepts_its_own_auth_url_in_any_spelling_and_nothing_else() {
+        let room = |url: Option<&str>| Room {
+            id: "r".into(),
+            auth_url: url.unwrap_or_default().into(),
+            endpoint: url.and_then(normalised),
+        };
+        let protected = room(Some("http://127.0.0.1:8080/game"));
+        assert!(protected.accepts("HTTP://127.0.0.1:8080/game/"));
+        assert!(!protected.accepts(""));
+        assert!(!protected.accepts("http://127.0.0.1:8080/gamex"));
+        assert!(!protected.accepts("http://127.0.0.1:8080/game/x"));
+        assert!(!protected.accepts("not a url"));
+        let open = room(None);
+        assert!(open.accepts(""));
+        assert!(!open.accepts("http://127.0.0.1:8080"));
+    }
+}

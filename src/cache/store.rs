@@ -1,0 +1,420 @@
+//! The local tier's storage: entries that are a user or a rejection, in three moka caches
+//! ([`Cache`]) of one time to live each. Keys and their hashing are `key`'s; what to cache and
+//! for how long is decided by the resolver; which concurrent look-ups share one call is the
+//! resolver's `flight`'s business.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::entry::{Cached, Deadline, Lookup, Verdict};
+use super::key::{CacheKey, KeyHasher, KeyRef, KeyView};
+use crate::user::User;
+
+/// How far past its deadline moka's time to live may keep an entry that is not checked on
+/// reading: the time between an answer and its insertion, not a policy.
+const UNCHECKED_SLACK: Duration = Duration::from_millis(10);
+
+/// The local tier's storage: three moka caches, each with one time to live for all its
+/// entries, which moka checks on every read at no extra cost.
+///
+/// - `lasting`: users fresh for the whole `cache_ttl`, with stale serving off, the usual
+///   case. moka's time to live is their deadline, so the value is the `Arc<User>` alone and a
+///   hit reads nothing else: moka hands a value back through the stack, so a hit pays for every
+///   word of it.
+/// - `timed`: users with a deadline of their own, read on every hit: fresh for less than
+///   `cache_ttl` (a shorter `max-age`, a token's `exp`, a read-through from the shared tier), or
+///   any user while stale serving is on (kept `serve_stale_for` past its freshness).
+/// - `rejections`: 401 and 403 answers, for `negative_cache_ttl`; apart, so that a flood of bad
+///   tokens cannot evict the players' entries.
+///
+/// A key is in one of them at most: storing an answer drops the key from the other two. moka's
+/// per-entry expiry (`Expiry`) would give each entry its own lifetime in one cache, but it
+/// converts clocks and calls back into the policy on every read, which a hit would pay for.
+pub(crate) struct Store {
+    /// Users fresh for their whole stay, kept `cache_ttl`.
+    lasting: moka::sync::Cache<CacheKey, Arc<User>, KeyHasher>,
+    /// Users with a deadline to read, kept `cache_ttl + stale_for`.
+    timed: moka::sync::Cache<CacheKey, TimedUser, KeyHasher>,
+    /// Rejections, kept `negative_cache_ttl`.
+    rejections: moka::sync::Cache<CacheKey, Rejection, KeyHasher>,
+    /// `lasting`'s time to live: an answer fresh for at least this long goes there.
+    lasting_ttl: Duration,
+    /// How long a user outlives its freshness, as a fallback; zero when stale serving is off,
+    /// and then `lasting` is used.
+    stale_for: Duration,
+}
+
+/// moka wants a time to live above zero; a zero one caches nothing anyway (`store` refuses
+/// what has no freshness).
+fn at_least(ttl: Duration) -> Duration {
+    ttl.max(Duration::from_millis(1))
+}
+
+/// One of the three caches: at most `capacity` entries, each kept `ttl`.
+fn moka_cache<V>(capacity: u64, ttl: Duration) -> moka::sync::Cache<CacheKey, V, KeyHasher>
+where
+    V: Clone + Send + Sync + 'static,
+{
+    moka::sync::Cache::builder()
+        .max_capacity(capacity)
+        .time_to_live(at_least(ttl))
+        .build_with_hasher(KeyHasher::default())
+}
+
+/// A user with its deadline, in `timed`.
+#[derive(Clone)]
+struct TimedUser {
+    user: Arc<User>,
+    fresh_until: Deadline,
+}
+
+/// A cached rejection: the API's status, and when it dies.
+#[derive(Clone)]
+struct Rejection {
+    status: u16,
+    fresh_until: Deadline,
+}
+
+impl Store {
+    /// Users kept for `cache_ttl` (plus `stale_for` past their freshness), rejections for
+    /// `negative_ttl`, at most `capacity` in each of the three caches.
+    pub(crate) fn new(
+        capacity: u64,
+        cache_ttl: Duration,
+        negative_ttl: Duration,
+        stale_for: Duration,
+    ) -> Store {
+        Store {
+            lasting: moka_cache(capacity, cache_ttl),
+            timed: moka_cache(capacity, cache_ttl.saturating_add(stale_for)),
+            rejections: moka_cache(capacity, negative_ttl),
+            lasting_ttl: at_least(cache_ttl),
+            stale_for,
+        }
+    }
+
+    /// What the cache says for `key`: a fresh answer, a user kept past its freshness (stale
+    /// serving on), or nothing. The hit path: one hash and one word for a lasting user; the
+    /// clock is read for the others only.
+    #[inline(always)]
+    pub(crate) fn get(&self, key: &KeyRef<'_>) -> Lookup {
+        match self.lasting.get(key) {
+            Some(user) => Lookup::Fresh(Verdict::User(user)),
+            None => self.get_timed(key),
+        }
+    }
+
+    /// [`get`](Self::get) past `lasting`: users with a deadline, then rejections.
+    #[inline(never)]
+    fn get_timed(&self, key: &KeyRef<'_>) -> Lookup {
+        if let Some(entry) = self.timed.get(key) {
+            let now = Deadline::now();
+            if now < entry.fresh_until {
+                return Lookup::Fresh(Verdict::User(entry.user));
+            }
+            if now < entry.fresh_until.later(self.stale_for) {
+                return Lookup::Stale(entry.user);
+            }
+            return Lookup::Absent;
+        }
+        match self.rejections.get(key) {
+            Some(entry) if !entry.fresh_until.has_passed() => {
+                Lookup::Fresh(Verdict::Rejected(entry.status))
+            }
+            _ => Lookup::Absent,
+        }
+    }
+
+    /// Whether any of the caches holds `key`; records no read.
+    pub(crate) fn contains_key(&self, key: &dyn KeyView) -> bool {
+        self.lasting.contains_key(key)
+            || self.timed.contains_key(key)
+            || self.rejections.contains_key(key)
+    }
+
+    /// Stores `cached` under `key`, replacing whatever `key` had in any of the caches.
+    pub(crate) fn insert(&self, key: CacheKey, cached: &Cached) {
+        let view = &key as &dyn KeyView;
+        match cached {
+            Cached::User { user, fresh_until } => {
+                self.rejections.invalidate(view);
+                let lasts = self.stale_for.is_zero()
+                    && fresh_until.left() + UNCHECKED_SLACK >= self.lasting_ttl;
+                if lasts {
+                    self.timed.invalidate(view);
+                    self.lasting.insert(key, user.clone());
+                } else {
+                    self.lasting.invalidate(view);
+                    let entry = TimedUser {
+                        user: user.clone(),
+                        fresh_until: *fresh_until,
+                    };
+                    self.timed.insert(key, entry);
+                }
+            }
+            Cached::Rejected {
+                status,
+                fresh_until,
+            } => {
+                self.lasting.invalidate(view);
+                self.timed.invalidate(view);
+                let entry = Rejection {
+                    status: *status,
+                    fresh_until: *fresh_until,
+                };
+                self.rejections.insert(key, entry);
+            }
+        }
+    }
+
+    /// Drops `key`'s answer.
+    pub(crate) fn invalidate(&self, key: &dyn KeyView) {
+        self.lasting.invalidate(key);
+        self.timed.invalidate(key);
+        self.rejections.invalidate(key);
+    }
+
+    /// Drops every answer.
+    pub(crate) fn invalidate_all(&self) {
+        self.lasting.invalidate_all();
+        self.timed.invalidate_all();
+        self.rejections.invalidate_all();
+    }
+
+    /// Every key held now and the user's id, or `None` for a rejection (expired entries moka
+    /// has not dropped yet included).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Arc<CacheKey>, Option<i64>)> + '_ {
+        let lasting = self.lasting.iter().map(|(key, user)| (key, Some(user.id)));
+        let timed = self.timed.iter().map(|(key, e)| (key, Some(e.user.id)));
+        let rejections = self.rejections.iter().map(|(key, _)| (key, None));
+        lasting.chain(timed).chain(rejections)
+    }
+
+    /// Entries in the three caches, as moka counts them.
+    pub(crate) fn entry_count(&self) -> u64 {
+        self.lasting.entry_count() + self.timed.entry_count() + self.rejections.entry_count()
+    }
+
+    /// Applies moka's pending work, so that [`entry_count`](Self::entry_count) is current.
+    pub(crate) fn run_pending_tasks(&self) {
+        self.lasting.run_pending_tasks();
+        self.timed.run_pending_tasks();
+        self.rejections.run_pending_tasks();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth_url::Endpoint;
+    use crate::cache::key::KeyRef;
+
+    fn key(endpoint: &str, token: &str) -> CacheKey {
+        CacheKey::new(Arc::new(Endpoint::parse(endpoint, false).unwrap()), token)
+    }
+
+    fn user(id: i64, fresh: Duration) -> Cached {
+        let user = Arc::new(User {
+            id,
+            name: format!("u{id}"),
+            extra: Default::default(),
+            stale: false,
+            expires_at: None,
+        });
+        Cached::user(user, fresh)
+    }
+
+    fn endpoint(url: &str) -> Endpoint {
+        Endpoint::parse(url, false).unwrap()
+    }
+
+    /// Users for 60 s, rejections for 5 s, `stale_for` past a user's freshness.
+    fn cache(stale_for: Duration) -> Store {
+        Store::new(
+            10,
+            Duration::from_secs(60),
+            Duration::from_secs(5),
+            stale_for,
+        )
+    }
+
+    /// What the cache says for `token` at `https://a.example`, looked up by a borrowed key.
+    fn at_a(cache: &Store, token: &str) -> Lookup {
+        cache.get(&KeyRef {
+            endpoint: &endpoint("https://a.example"),
+            token,
+        })
+    }
+
+    /// The user id of a fresh user, `None` for anything else.
+    fn fresh_id(lookup: Lookup) -> Option<i64> {
+        match lookup {
+            Lookup::Fresh(Verdict::User(user)) => Some(user.id),
+            _ => None,
+        }
+    }
+
+    /// Which of the three caches holds `key`.
+    fn held_in(cache: &Store, key: &CacheKey) -> Vec<&'static str> {
+        let view = key as &dyn KeyView;
+        let mut held = Vec::new();
+        for (name, there) in [
+            ("lasting", cache.lasting.contains_key(view)),
+            ("timed", cache.timed.contains_key(view)),
+            ("rejections", cache.rejections.contains_key(view)),
+        ] {
+            if there {
+                held.push(name);
+            }
+        }
+        held
+    }
+
+    #[test]
+    fn borrowed_key_finds_the_owned_key() {
+        let cache = cache(Duration::ZERO);
+        cache.insert(
+            key("https://a.example", "tok"),
+            &user(1, Duration::from_secs(60)),
+        );
+        let found = cache.get(&KeyRef {
+            endpoint: &endpoint("https://a.example/api/user"),
+            token: "tok",
+        });
+        assert_eq!(fresh_id(found), Some(1));
+    }
+
+    #[test]
+    fn same_token_at_another_endpoint_is_another_entry() {
+        let cache = cache(Duration::ZERO);
+        cache.insert(
+            key("https://a.example", "tok"),
+            &user(1, Duration::from_secs(60)),
+        );
+        let b = endpoint("https://b.example");
+        let other = KeyRef {
+            endpoint: &b,
+            token: "tok",
+        };
+        assert!(matches!(cache.get(&other), Lookup::Absent));
+        let a = endpoint("https://a.example");
+        let prefix = KeyRef {
+            endpoint: &a,
+            token: "to",
+        };
+        assert!(matches!(cache.get(&prefix), Lookup::Absent));
+    }
+
+    #[test]
+    fn each_entry_expires_after_its_own_ttl() {
+        let cache = cache(Duration::ZERO);
+        cache.insert(
+            key("https://a.example", "short"),
+            &user(1, Duration::from_millis(50)),
+        );
+        cache.insert(
+            key("https://a.example", "long"),
+            &user(2, Duration::from_secs(60)),
+        );
+        std::thread::sleep(Duration::from_millis(120));
+        let get = |t| at_a(&cache, t);
+        assert!(matches!(get("short"), Lookup::Absent));
+        assert_eq!(fresh_id(get("long")), Some(2));
+    }
+
+    #[test]
+    fn users_outlive_their_freshness_by_the_stale_window_and_rejections_do_not() {
+        let cache = cache(Duration::from_secs(60));
+        let fresh = Duration::from_millis(50);
+        cache.insert(key("https://a.example", "user"), &user(1, fresh));
+        cache.insert(
+            key("https://a.example", "rejected"),
+            &Cached::rejected(401, fresh),
+        );
+        std::thread::sleep(Duration::from_millis(120));
+        let get = |t| at_a(&cache, t);
+        assert!(
+            matches!(get("user"), Lookup::Stale(user) if user.id == 1),
+            "a user is kept through the stale window, no longer fresh"
+        );
+        assert!(matches!(get("rejected"), Lookup::Absent));
+    }
+
+    #[test]
+    fn an_endpoint_parsed_again_finds_the_same_entry() {
+        let cache = cache(Duration::ZERO);
+        cache.insert(
+            key("https://a.example", "tok"),
+            &user(1, Duration::from_secs(60)),
+        );
+        // Another `Endpoint` value, written differently: equal by its URL, not its address.
+        let again = endpoint("HTTPS://A.example:443/");
+        let found = cache.get(&KeyRef {
+            endpoint: &again,
+            token: "tok",
+        });
+        assert_eq!(fresh_id(found), Some(1));
+    }
+
+    #[test]
+    fn only_users_fresh_for_the_whole_time_to_live_are_kept_without_a_deadline() {
+        let (cache, stale) = (cache(Duration::ZERO), cache(Duration::from_secs(60)));
+        let k = |t: &str| key("https://a.example", t);
+        cache.insert(k("full"), &user(1, Duration::from_secs(60)));
+        cache.insert(k("short"), &user(2, Duration::from_secs(30)));
+        cache.insert(k("no"), &Cached::rejected(401, Duration::from_secs(5)));
+        assert_eq!(held_in(&cache, &k("full")), ["lasting"]);
+        assert_eq!(held_in(&cache, &k("short")), ["timed"]);
+        assert_eq!(held_in(&cache, &k("no")), ["rejections"]);
+        assert_eq!(fresh_id(at_a(&cache, "full")), Some(1));
+        assert_eq!(fresh_id(at_a(&cache, "short")), Some(2));
+
+        // With stale serving on, every user needs its deadline, to tell fresh from stale.
+        stale.insert(k("full"), &user(1, Duration::from_secs(60)));
+        assert_eq!(held_in(&stale, &k("full")), ["timed"]);
+        assert_eq!(fresh_id(at_a(&stale, "full")), Some(1));
+    }
+
+    #[test]
+    fn a_user_replaces_a_rejection_of_the_same_key_and_back() {
+        let cache = cache(Duration::ZERO);
+        let k = || key("https://a.example", "tok");
+        cache.insert(k(), &Cached::rejected(401, Duration::from_secs(5)));
+        cache.insert(k(), &user(1, Duration::from_secs(60)));
+        assert_eq!(fresh_id(at_a(&cache, "tok")), Some(1));
+        // From lasting to timed and back: a key is in one cache at most.
+        cache.insert(k(), &user(2, Duration::from_secs(30)));
+        assert_eq!(held_in(&cache, &k()), ["timed"]);
+        assert_eq!(fresh_id(at_a(&cache, "tok")), Some(2));
+        cache.insert(k(), &user(3, Duration::from_secs(60)));
+        assert_eq!(held_in(&cache, &k()), ["lasting"]);
+        cache.insert(k(), &Cached::rejected(403, Duration::from_secs(5)));
+        assert!(matches!(
+            at_a(&cache, "tok"),
+            Lookup::Fresh(Verdict::Rejected(403))
+        ));
+        assert_eq!(held_in(&cache, &k()), ["rejections"]);
+        cache.run_pending_tasks();
+        assert_eq!(cache.entry_count(), 1);
+    }
+
+    #[test]
+    fn rejections_die_after_the_negative_time_to_live() {
+        let cache = Store::new(
+            10,
+            Duration::from_secs(60),
+            Duration::from_millis(50),
+            Duration::ZERO,
+        );
+        cache.insert(
+            key("https://a.example", "no"),
+            &Cached::rejected(401, Duration::from_millis(50)),
+        );
+        assert!(matches!(
+            at_a(&cache, "no"),
+            Lookup::Fresh(Verdict::Rejected(401))
+        ));
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(matches!(at_a(&cache, "no"), Lookup::Absent));
+    }
+}
