@@ -1,10 +1,27 @@
-//! The `/api/user` answer: strict parsing of its body into a [`User`], and of its
-//! `Cache-Control` into a [`Freshness`].
+//! The `/api/user` answer: strict parsing of its body into a [`User`] ([`parse_user`]), and of
+//! its `Cache-Control` into a [`Freshness`] ([`parse_cache_control`]).
 //!
 //! The body must be one JSON object with `id` a JSON integer that fits `i64` and `name` a JSON
 //! string; extra fields are kept, duplicate keys, trailing bytes and invalid UTF-8 are refused.
-//! Refusals ([`AnswerError`]) say what was wrong without quoting the body, which a broken API might fill with
-//! anything (the token included). Reading the body under a size cap is `upstream`'s job.
+//! Refusals ([`AnswerError`]) say what was wrong without quoting the body, which a broken API
+//! might fill with anything (the token included). Reading the body under a size cap is the
+//! resolver's job.
+//!
+//! The resolver applies these rules to every answer; they are public so that a tool judging an
+//! integrator's API (the workspace's conformance checker) or a fuzzer applies exactly the same.
+//!
+//! ```
+//! use token_resolver::answer::{parse_cache_control, parse_user, Freshness};
+//! use std::time::Duration;
+//!
+//! let user = parse_user(br#"{"id": 42, "name": "alice", "level": 7}"#).unwrap();
+//! assert_eq!((user.id, user.name.as_str()), (42, "alice"));
+//! assert!(parse_user(br#"{"id": "42", "name": "alice"}"#).is_err());
+//! assert_eq!(
+//!     parse_cache_control(Some("private, max-age=30")),
+//!     Freshness::MaxAge(Duration::from_secs(30))
+//! );
+//! ```
 
 use std::cell::Cell;
 use std::fmt;

@@ -18,65 +18,44 @@
 //!
 //! # Layout
 //!
-//! The core, what a game server embeds:
-//!
 //! - `resolver/`: [`Resolver`] and the resolve path; [`ResolverBuilder`], every setting;
 //!   [`ConnectRequest`], [`JoinRequest`] and the [`Identity`] they resolve to; coalescing of
-//!   concurrent look-ups (`flight`); how long an answer lives (`expiry`: `exp`, a JWT's `exp`,
-//!   the clock skew); invalidation and the [`Revocation`] events a game server closes live
-//!   sessions on (`revoke`); [`Stats`].
-//! - `cache/`: the cache as one type over its tiers: keys and their keyed hashing (`key`), the
-//!   local moka caches (`local`) and, with feature `redis`, the shared tier on Redis (`redis`,
-//!   configured by [`RedisTier`]: one server over `redis://` or `rediss://`, Sentinel, or Redis
-//!   Cluster; checked with [`RedisTier::check`], whose [`RedisTierError`] names what is wrong)
-//!   with cluster-wide invalidation. `docs/redis.md` covers running it in production.
+//!   concurrent look-ups (`flight`); a resolution the cache could not answer (`miss`); how long
+//!   an answer lives (`expiry`: `exp`, a JWT's `exp`, the clock skew); invalidation and the
+//!   [`Revocation`] events a game server closes live sessions on (`revoke`); [`Stats`].
+//! - `cache/`: the cache as one type over its tiers: what an entry is (`entry`), keys and their
+//!   keyed hashing (`key`), the local tier (`local`) on three moka caches (`store`) and, with
+//!   feature `redis`, the shared tier on Redis (`redis`, configured by [`RedisTier`]: one server
+//!   over `redis://` or `rediss://`, Sentinel, or Redis Cluster; checked with
+//!   [`RedisTier::check`], whose [`RedisTierError`] names what is wrong) with cluster-wide
+//!   invalidation. `docs/redis.md` covers running it in production.
 //! - `upstream/`: the HTTP call to `/api/user`, admitted once by the per-API circuit breaker
 //!   (`breaker`) and the slot limit, with its deadline, retries and body cap.
 //! - `auth_url`: an authUrl parsed into an [`Endpoint`], and the allowlist.
 //! - `token`: the token rule ([`check_syntax`]) and [`AccessToken`], which never prints itself.
-//! - [`answer`] (hidden): strict parsing of the `/api/user` answer and its `Cache-Control`.
+//! - [`answer`]: strict parsing of the `/api/user` answer and its `Cache-Control`.
 //! - `user`: [`User`] and its [`ExtraFields`].
 //! - `error`: [`ResolveError`] (with the [`ApiHost`] and [`Cause`] it carries), [`ErrorCode`],
 //!   [`ConfigError`].
 //! - [`telemetry`]: the metric names this crate records.
+//! - [`axum`] (feature `axum`): for an embedder's own HTTP API, the
+//!   [`Authenticated`](axum::Authenticated) and [`AuthIdentity`](axum::AuthIdentity)
+//!   extractors, [`AuthLayer`](axum::AuthLayer), a tower layer that resolves before the inner
+//!   service, and [`AuthRejection`](axum::AuthRejection), each error code as an HTTP answer.
+//!   `docs/axum.md` covers using them.
 //!
-//! Integrations, for an embedder's own servers:
-//!
-//! - [`axum`] (feature `axum`): the [`Authenticated`](axum::Authenticated) and
-//!   [`AuthIdentity`](axum::AuthIdentity) extractors, [`AuthLayer`](axum::AuthLayer), a tower
-//!   layer that resolves before the inner service, and [`AuthRejection`](axum::AuthRejection),
-//!   each error code as an HTTP answer. `docs/axum.md` covers using them.
-//!
-//! The other parties of the seed, built on the core and never the other way round:
-//!
-//! - [`player`]: the player's side: [`RoomInfo`](player::RoomInfo) and its authUrl rule,
-//!   [`RoomJoinArgs`](player::RoomJoinArgs), and
-//!   [`IntegratorClient`](player::IntegratorClient), which logs in to the integrator's web API
-//!   and takes an access token.
-//! - [`game_server`] (feature `reference-api`): a runnable game server embedding the resolver,
-//!   over TCP and WebSocket, with live sessions (revocation, renewal), an admin listener
-//!   (metrics, probes, `POST /admin/revoke`) and draining; and
-//!   [`GameClient`](game_server::GameClient), its client.
-//! - [`reference_api`] (feature `reference-api`): a reference integrator web API, over HTTP or
-//!   HTTPS, HTTP/1.1 and HTTP/2.
-//! - `server_task`: a server in a tokio task with a bounded graceful shutdown, which both
-//!   servers above are built on.
-//! - [`check`] (feature `reference-api`): the conformance checker an integrator runs against
-//!   their own user information API.
-//!
-//! The `token-resolver` binary (`src/bin/token-resolver/`, feature `cli`) is the command line
-//! over these: argument parsing, the `demo` narrative and the `load` harness live there.
-//! `docs/architecture.md` follows one join through the files.
+//! The other parties of the seed are members of this crate's workspace, built on its public API
+//! and never the other way round: the reference integrator API, the player's side, the game
+//! server, the conformance checker and the `token-resolver` binary (`docs/architecture.md` has
+//! the map, and follows one join through the files).
 //!
 //! # Features
 //!
 //! - `redis`: the shared cache tier ([`RedisTier`]), with TLS (rustls), Sentinel and Cluster.
 //! - `axum`: the axum/tower integration above (axum, and tower's layer and service traits).
-//! - `reference-api`: the companion products above (axum, argon2).
-//! - `cli` (the only default): the binary; pulls in `reference-api` and `redis`, plus clap.
 //!
-//! A game server that embeds the resolver depends with `default-features = false` and pulls in
-//! neither axum nor clap; with `features = ["axum"]` it pulls in axum, but not clap or argon2.
+//! With neither, the crate pulls in no HTTP server, argument parser or web framework: its
+//! dependencies are reqwest, tokio, moka, serde, tracing, metrics and what they need.
 //!
 //! # Example
 //!
@@ -103,7 +82,6 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[doc(hidden)]
 pub mod answer;
 mod auth_url;
 mod cache;
@@ -128,8 +106,8 @@ pub use resolver::{ConnectRequest, Identity, JoinRequest, Resolver, ResolverBuil
 pub use token::{check_syntax, AccessToken, MAX_TOKEN_BYTES};
 pub use user::{Expiry, ExtraFields, User};
 
-/// The README's Rust examples compile as doctests (they use the companion products, the shared
-/// tier and the axum integration).
+/// The README's Rust examples compile as doctests (they use the products of the workspace, the
+/// shared tier and the axum integration).
 #[cfg(all(doctest, feature = "redis", feature = "axum"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -21,8 +21,9 @@
 //! - `notify`: calling the game servers' `/admin/revoke` in the background.
 //! - `play`: the browser page.
 //!
-//! It does not own the resolving: the game server's side is [`Resolver`](https://docs.rs/token-resolver). It does
-//! not persist anything or send the cookie's `Secure` attribute. It serves plain HTTP
+//! It does not own the resolving, which is the game server's side (the `token-resolver`
+//! library); it does not depend on it at all. It does not persist anything or send the
+//! cookie's `Secure` attribute. It serves plain HTTP
 //! ([`ReferenceApi::spawn`], meant for loopback) or HTTPS with a certificate you give it
 //! ([`ReferenceApi::spawn_tls`]), HTTP/1.1 and HTTP/2 both, and counts the connections and TLS
 //! handshakes it saw, for load runs; [`ReferenceApi::set_user_latency`] adds service time to

@@ -3,8 +3,8 @@
 //! workers), an upstream answering `/api/user` for any token, and the baselines a game-server
 //! engineer would write instead of embedding the resolver.
 //!
-//! One file, compiled into the benches (`benches/support/mod.rs`) and into the binary's `load`
-//! (`src/bin/token-resolver/cmd/load/mod.rs`) with `#[path]`: both measure the same things.
+//! The benches (through [`bench`](crate::bench)) and the binary's `load` use this one module,
+//! so that both measure the same things.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

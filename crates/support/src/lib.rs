@@ -13,7 +13,7 @@
 //! - `capture`: every log line and metric, for the leak tests; `revoke_recorder`: a game
 //!   server's admin listener that records the revocations it is told;
 //! - [`redis`]: `redis-server` on a free port: plain, TLS, Sentinel, Cluster;
-//! - [`bench`] and [`baselines`]: runtimes, token sets and the hand-written caches and calls the
+//! - [`bench`](mod@bench) and [`baselines`]: runtimes, token sets and the hand-written caches and calls the
 //!   benches and `token-resolver load` measure against;
 //! - `reference_api`, `tls_api` (feature `reference-api`): the reference integrator API on
 //!   loopback, in the clear or over TLS, and logging in to it;

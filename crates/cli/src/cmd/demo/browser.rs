@@ -9,7 +9,7 @@ use token_resolver::Resolver;
 use token_resolver_game_server::{GameServer, GameServerConfig, RoomConfig, WebSocketConfig};
 use token_resolver_reference_api::{ApiConfig, ReferenceApi};
 
-use super::DemoError;
+use super::narration::DemoError;
 
 /// Starts the parties, prints the page's URL, and serves until Ctrl-C.
 pub(super) async fn serve(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {

@@ -11,7 +11,8 @@ use token_resolver::ErrorCode;
 use token_resolver_game_server::{GameClient, GameClientError, Push};
 use token_resolver_player::{ClientError, IntegratorClient, RoomInfo, RoomJoinArgs};
 
-use super::{expect_refused, ms, step, DemoError, Parties};
+use super::narration::{expect_refused, ms, step, DemoError};
+use super::parties::Parties;
 
 /// How long the renewed player's first token lives.
 const SHORT_LIVED: Duration = Duration::from_secs(2);

@@ -8,28 +8,30 @@
 //!
 //! The demo is also a smoke test: a step whose outcome is not the expected one ends it with an
 //! error, so a zero exit status means the flow works. The token is never printed.
+//!
+//! - this file: the narrative, from login to the metrics an operator sees;
+//! - `parties`: starting the three parties on loopback;
+//! - `live`: live sessions (a logout, a ban, a token renewed in place);
+//! - `narration`: printing a step and checking what it turned out as;
+//! - `browser`: the parties for a browser (`--browser`).
 
 mod browser;
 mod live;
+mod narration;
+mod parties;
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Args;
-use rand::distributions::{Alphanumeric, DistString};
 use serde_json::Map;
-use token_resolver::{ErrorCode, Resolver, Stats};
-use token_resolver_game_server::telemetry::Metrics;
-use token_resolver_game_server::{
-    AdminConfig, AdminSecret, GameClient, GameClientError, GameServer, GameServerConfig, Player,
-    RoomConfig, RunningAdmin, RunningGameServer,
-};
+use token_resolver::ErrorCode;
+use token_resolver_game_server::{GameClient, Player, RunningAdmin, RunningGameServer};
 use token_resolver_player::{IntegratorClient, RoomInfo, RoomJoinArgs};
-use token_resolver_reference_api::{self as reference_api, ApiConfig, ReferenceApi, RunningApi};
 
-/// A demo step that did not turn out as expected.
-type DemoError = Box<dyn std::error::Error + Send + Sync>;
+use self::narration::{expect_cache_hit, expect_player, expect_refused, ms, step, DemoError};
+use self::parties::{start, Parties};
 
 /// `demo` arguments.
 #[derive(Debug, Args)]
@@ -55,25 +57,6 @@ pub(crate) async fn run(args: DemoArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Width of the "what was done" column, so the outcomes line up.
-const STEP: usize = 44;
-
-/// The three parties' servers, and what the client knows of them.
-struct Parties {
-    /// The integrator's web API.
-    api: RunningApi,
-    /// Its base URL, the resolver's default authUrl.
-    base: String,
-    /// The game server, embedding a resolver.
-    game: RunningGameServer,
-    /// The game server's admin listener, for its `/metrics`.
-    admin: RunningAdmin,
-    /// The arena's authUrl: the same API, spelt with a trailing slash.
-    arena_auth_url: String,
-    /// The secret the integrator and the game server share for revocations and bans.
-    admin_secret: String,
 }
 
 /// Runs the demo, printing to `out`: the parties start, the player logs in, connects, searches
@@ -130,77 +113,6 @@ async fn narrate(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
     parties.api.shutdown().await;
     writeln!(out, "demo finished: every step turned out as expected")?;
     Ok(())
-}
-
-/// Starts the integrator's web API and a game server whose resolver calls it; the API tells
-/// the game server's admin listener of logouts and bans.
-async fn start(out: &mut (dyn Write + Send)) -> Result<Parties, DemoError> {
-    // The API's address first: the game server resolves there, and the API notifies the game
-    // server, whose address comes after.
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let admin_secret = Alphanumeric.sample_string(&mut rand::thread_rng(), 32);
-    // Installed before the resolver's first resolution, which registers its counters.
-    let metrics = Metrics::install()?;
-    // A second of leeway on token expiry (30 s by default), so that a short-lived token
-    // expires while the demo watches.
-    let resolver = Resolver::builder()
-        .default_auth_url(&base)
-        .clock_skew(Duration::from_secs(1))
-        .build()?;
-    let arena_auth_url = format!("{base}/");
-    let config = GameServerConfig {
-        rooms: RoomConfig::defaults(Some(&arena_auth_url)),
-        ..GameServerConfig::default()
-    };
-    let game = GameServer::new(resolver, config)?
-        .spawn(([127, 0, 0, 1], 0).into())
-        .await?;
-    writeln!(
-        out,
-        "[game server] tcp://{} (JSON lines), resolver default authUrl {base}",
-        game.local_addr()
-    )?;
-    writeln!(
-        out,
-        "              rooms: lobby (no authUrl: the default), arena (authUrl {arena_auth_url})"
-    )?;
-    let admin_config = AdminConfig {
-        metrics: Some(metrics),
-        revoke_secret: Some(AdminSecret::new(admin_secret.as_str())?),
-        ..AdminConfig::default()
-    };
-    let admin = game
-        .spawn_admin(([127, 0, 0, 1], 0).into(), admin_config)
-        .await?;
-    writeln!(
-        out,
-        "              admin listener http://{} (/metrics, /healthz, /readyz, /admin/revoke)",
-        admin.local_addr()
-    )?;
-    let api_config = ApiConfig {
-        admin_secret: Some(reference_api::AdminSecret::new(admin_secret.as_str())?),
-        notify: vec![format!("http://{}", admin.local_addr())],
-        ..ApiConfig::default()
-    };
-    let api = ReferenceApi::new(api_config)?.spawn_on(listener)?;
-    writeln!(out, "[integrator]  reference web API on {base} (HTTP)")?;
-    writeln!(
-        out,
-        "              demo users: alice/wonderland, bob/builder, carol/carolina"
-    )?;
-    writeln!(
-        out,
-        "              tells the game server of logouts and bans (POST /admin/revoke)\n"
-    )?;
-    Ok(Parties {
-        api,
-        base,
-        game,
-        admin,
-        arena_auth_url,
-        admin_secret,
-    })
 }
 
 /// ConnectMasterServer (a cache miss: one call), SearchRoom, and JoinRoom with each room's
@@ -416,42 +328,4 @@ async fn show_metrics(out: &mut (dyn Write + Send), admin: &RunningAdmin) -> Res
         )?;
     }
     Ok(())
-}
-
-/// One line: what was done, padded, then what came of it.
-fn step(out: &mut (dyn Write + Send), what: &str, outcome: &str) -> std::io::Result<()> {
-    writeln!(out, "{what:<STEP$} -> {outcome}")
-}
-
-fn expect_player(user: &Option<Player>, id: i64) -> Result<(), DemoError> {
-    match user {
-        Some(p) if p.id == id => Ok(()),
-        other => Err(format!("expected user {id}, got {other:?}").into()),
-    }
-}
-
-fn expect_cache_hit(before: &Stats, after: &Stats, room: &str) -> Result<(), DemoError> {
-    let calls = after.upstream_calls - before.upstream_calls;
-    let hits = after.hits - before.hits;
-    if calls != 0 || hits != 1 {
-        return Err(format!(
-            "join {room} should have been a cache hit; made {calls} calls, {hits} hits"
-        )
-        .into());
-    }
-    Ok(())
-}
-
-fn expect_refused<T: std::fmt::Debug>(
-    result: Result<T, GameClientError>,
-    code: &str,
-) -> Result<String, DemoError> {
-    match result {
-        Err(e) if e.code() == Some(code) => Ok(code.to_owned()),
-        other => Err(format!("expected {code}, got {other:?}").into()),
-    }
-}
-
-fn ms(since: Instant) -> f64 {
-    since.elapsed().as_secs_f64() * 1000.0
 }

@@ -29,6 +29,7 @@
 //! RSS delta per entry. This module is the harness only; it changes nothing in the resolver.
 //!
 //! - this file: the arguments, the request stream and the table;
+//! - `plan`: the request stream every row replays (Zipf over the token set, new tokens);
 //! - `rows`: who resolves in a row, and running one;
 //! - `fill`: the bytes-per-entry fill;
 //! - `progress`: the progress bar and the process's memory readings;
@@ -37,6 +38,7 @@
 //!   crate (`token_resolver_support::baselines`), which the benches measure against too.
 
 mod fill;
+mod plan;
 mod progress;
 mod rows;
 mod storm;
@@ -52,6 +54,7 @@ use token_resolver::{Endpoint, Resolver};
 use token_resolver_player::IntegratorClient;
 use token_resolver_reference_api::{ApiConfig, ReferenceApi, MAX_TOKENS_PER_SESSION};
 
+use self::plan::{stream, Plan};
 use self::progress::Progress;
 use self::rows::{run_row, Subject};
 use token_resolver_support::baselines::{hyper_client, naive_client, HandWritten, LoopbackServer};
@@ -337,45 +340,6 @@ fn median_row(mut rows: Vec<rows::Row>) -> rows::Row {
     rows.sort_by(|a, b| a.per_second.total_cmp(&b.per_second));
     let middle = rows.len() / 2;
     rows.swap_remove(middle)
-}
-
-/// The request stream shared by every row, and the tokens it names.
-pub(super) struct Plan {
-    /// Per resolution: an index into `tokens`, or [`NEW`].
-    pub(super) stream: Vec<u32>,
-    /// The Zipf-drawn token set, most popular first.
-    pub(super) tokens: Vec<String>,
-    /// Tokens for new-token resolutions, used in order.
-    pub(super) pool: Vec<String>,
-}
-
-/// Marks a new-token resolution in [`Plan::stream`].
-pub(super) const NEW: u32 = u32::MAX;
-
-/// Resolutions a task takes from the stream at once, so the tasks do not contend on its cursor.
-pub(super) const CHUNK: usize = 64;
-
-/// `len` draws: a Zipf(s) rank over `n` (0-based), or [`NEW`] with probability `new_share`.
-fn stream(len: usize, n: usize, s: f64, new_share: f64) -> Vec<u32> {
-    let mut total = 0.0;
-    let mut cdf: Vec<f64> = (1..=n)
-        .map(|k| {
-            total += (k as f64).powf(-s);
-            total
-        })
-        .collect();
-    cdf.iter_mut().for_each(|c| *c /= total);
-    let mut rng = fastrand::Rng::with_seed(0x5eed);
-    (0..len)
-        .map(|_| {
-            if rng.f64() < new_share {
-                NEW
-            } else {
-                let u = rng.f64();
-                cdf.partition_point(|&c| c < u).min(n - 1) as u32
-            }
-        })
-        .collect()
 }
 
 /// Mints `n` access tokens at a reference-API-compatible `base`: a few concurrent minters over
