@@ -90,12 +90,24 @@ const MISSES: u64 = 2_000;
 /// Entries for the bytes-per-entry fills.
 const FILL: u64 = 100_000;
 
+/// What every row shares: one thread for the runtime, the resolver and the connection tasks,
+/// the upstream, and a resolver with one hot token cached.
+struct Setup {
+    rt: tokio::runtime::Runtime,
+    upstream: Upstream,
+    base: String,
+    resolver: Resolver,
+    hot: String,
+}
+
+/// A row of the allocations table: what was called, and allocations per call.
+type Row = (&'static str, f64);
+
 fn main() {
     // `cargo bench` passes `--bench`; a filter or `--list` from the harness is ignored.
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    // One thread does everything: the runtime, the resolver, and the connection tasks.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -105,61 +117,80 @@ fn main() {
     let resolver = support::resolver(&base);
     let hot = token('a', 0);
     rt.block_on(resolver.resolve(&base, &hot)).unwrap();
+    let setup = Setup {
+        rt,
+        upstream,
+        base,
+        resolver,
+        hot,
+    };
 
-    let per = |n: u64, total: u64| total as f64 / n as f64;
-    let mut rows: Vec<(&str, f64)> = Vec::new();
+    let mut rows = hit_rows(&setup);
+    let (resolve_hit, moka_hit) = (rows[0].1, rows[3].1);
+    // `--hits-only`: stop here, e.g. to run the hit loops under `valgrind --tool=callgrind`.
+    let hits_only = std::env::args().any(|a| a == "--hits-only");
+    // `--no-fill`: stop after the per-call counts, e.g. to profile misses under callgrind.
+    let no_fill = hits_only || std::env::args().any(|a| a == "--no-fill");
+    rows.extend(miss_rows(&setup, if hits_only { 0 } else { MISSES }));
+    print_per_call(&setup, &rows, resolve_hit, moka_hit);
+    if !no_fill {
+        print_fills(&setup);
+    }
+}
 
-    let (total, _) = count(|| {
+/// Allocations per call of `n` calls made by `f`.
+fn per_call(n: u64, f: impl FnOnce()) -> f64 {
+    let (total, ()) = count(f);
+    total as f64 / n as f64
+}
+
+/// Allocations per call of [`HITS`] awaited calls of `hit`, all in one `block_on`.
+fn per_hit(rt: &tokio::runtime::Runtime, hit: impl AsyncFn()) -> f64 {
+    per_call(HITS, || {
         rt.block_on(async {
             for _ in 0..HITS {
-                black_box(resolver.resolve(&base, &hot).await.unwrap());
+                hit().await;
             }
         })
-    });
-    let resolve_hit = per(HITS, total);
-    rows.push(("resolve, hit", resolve_hit));
+    })
+}
 
+/// Allocations per call of one awaited call of `call` per token, all in one `block_on`.
+fn per_token(rt: &tokio::runtime::Runtime, tokens: &[String], call: impl AsyncFn(&str)) -> f64 {
+    per_call(tokens.len().max(1) as u64, || {
+        rt.block_on(async {
+            for t in tokens {
+                call(t).await;
+            }
+        })
+    })
+}
+
+/// Allocations per hit: `resolve`, `resolve_connect` and `resolve_join` of the hot token, a
+/// bare moka `get` of the same key and value types, and the hand-written cache's `get`.
+fn hit_rows(setup: &Setup) -> Vec<Row> {
+    let Setup {
+        rt,
+        upstream,
+        base,
+        resolver,
+        hot,
+    } = setup;
     let connect = ConnectRequest {
         access_token: Some(hot.clone()),
     };
-    let (total, _) = count(|| {
-        rt.block_on(async {
-            for _ in 0..HITS {
-                black_box(resolver.resolve_connect(&connect).await.unwrap());
-            }
-        })
-    });
-    rows.push(("resolve_connect, hit", per(HITS, total)));
-
     let join = JoinRequest {
         room_id: "arena-1".into(),
         auth_url: base.clone(),
         access_token: Some(hot.clone()),
     };
-    let (total, _) = count(|| {
-        rt.block_on(async {
-            for _ in 0..HITS {
-                black_box(resolver.resolve_join(&join).await.unwrap());
-            }
-        })
-    });
-    rows.push(("resolve_join, hit", per(HITS, total)));
-
     let moka = support::moka_cache(100_000);
     let endpoint = upstream.user_url();
     moka.insert(
-        Key::new(&Arc::from(endpoint.as_str()), &hot),
+        Key::new(&Arc::from(endpoint.as_str()), hot),
         Value::user(1).user_alone().expect("a user"),
     );
-    let key = KeyRef::new(&endpoint, &hot);
-    let (total, _) = count(|| {
-        for _ in 0..HITS {
-            black_box(moka.get(&key).unwrap());
-        }
-    });
-    let moka_hit = per(HITS, total);
-    rows.push(("bare moka get (same key and value types)", moka_hit));
-
+    let key = KeyRef::new(&endpoint, hot);
     // The hand-written cache's hit (a moka `Cache<String, Arc<_>>`, default hasher): the hit
     // target's baseline, here so that callgrind sees both in one run.
     let hand_written = support::HandWritten::new(
@@ -172,36 +203,55 @@ fn main() {
         name: support::name(1),
     };
     hand_written.cache.insert(hot.clone(), Arc::new(naive_user));
-    let (total, _) = count(|| {
-        for _ in 0..HITS {
-            black_box(hand_written.cache.get(hot.as_str()).unwrap());
-        }
-    });
-    rows.push((
-        "hand-written moka get (String key, default hasher)",
-        per(HITS, total),
-    ));
+    vec![
+        (
+            "resolve, hit",
+            per_hit(rt, async || {
+                black_box(resolver.resolve(base, hot).await.unwrap());
+            }),
+        ),
+        (
+            "resolve_connect, hit",
+            per_hit(rt, async || {
+                black_box(resolver.resolve_connect(&connect).await.unwrap());
+            }),
+        ),
+        (
+            "resolve_join, hit",
+            per_hit(rt, async || {
+                black_box(resolver.resolve_join(&join).await.unwrap());
+            }),
+        ),
+        (
+            "bare moka get (same key and value types)",
+            per_call(HITS, || {
+                for _ in 0..HITS {
+                    black_box(moka.get(&key).unwrap());
+                }
+            }),
+        ),
+        (
+            "hand-written moka get (String key, default hasher)",
+            per_call(HITS, || {
+                for _ in 0..HITS {
+                    black_box(hand_written.cache.get(hot.as_str()).unwrap());
+                }
+            }),
+        ),
+    ]
+}
 
-    // `--hits-only`: stop here, e.g. to run the hit loops under `valgrind --tool=callgrind`.
-    let hits_only = std::env::args().any(|a| a == "--hits-only");
-    // `--no-fill`: stop after the per-call counts, e.g. to profile misses under callgrind.
-    let no_fill = hits_only || std::env::args().any(|a| a == "--no-fill");
-    let misses: Vec<String> = (0..if hits_only { 0 } else { MISSES })
-        .map(|i| token('m', i))
-        .collect();
-    let (total, _) = count(|| {
-        rt.block_on(async {
-            for t in &misses {
-                black_box(resolver.resolve(&base, t).await.unwrap());
-            }
-        })
-    });
-    rows.push((
-        "resolve, miss (client side, connection task included)",
-        per(MISSES, total),
-    ));
-
-    // The same calls by hand, for scale: each client's connection is open before counting.
+/// Allocations per miss of `resolve`, and, for scale, per call of the same call by hand (each
+/// client's connection open before counting).
+fn miss_rows(setup: &Setup, misses: u64) -> Vec<Row> {
+    let Setup {
+        rt,
+        upstream,
+        base,
+        resolver,
+        ..
+    } = setup;
+    let tokens: Vec<String> = (0..misses).map(|i| token('m', i)).collect();
     let url = upstream.user_url();
     let naive = support::naive_client();
     let hyper = support::hyper_client();
@@ -210,36 +260,40 @@ fn main() {
         .expect("a user");
     rt.block_on(support::hyper_post(&hyper, &uri, &token('x', 0)))
         .expect("a 200");
-    let (total, _) = count(|| {
-        rt.block_on(async {
-            for t in &misses {
+    vec![
+        (
+            "resolve, miss (client side, connection task included)",
+            per_token(rt, &tokens, async |t| {
+                black_box(resolver.resolve(base, t).await.unwrap());
+            }),
+        ),
+        (
+            "naive reqwest POST + serde_json, per call",
+            per_token(rt, &tokens, async |t| {
                 black_box(
                     support::naive_resolve(&naive, &url, t)
                         .await
                         .expect("a user"),
                 );
-            }
-        })
-    });
-    rows.push((
-        "naive reqwest POST + serde_json, per call",
-        per(MISSES, total),
-    ));
-    let (total, _) = count(|| {
-        rt.block_on(async {
-            for t in &misses {
+            }),
+        ),
+        (
+            "bare hyper POST, per call",
+            per_token(rt, &tokens, async |t| {
                 black_box(support::hyper_post(&hyper, &uri, t).await.expect("a 200"));
-            }
-        })
-    });
-    rows.push(("bare hyper POST, per call", per(MISSES, total)));
+            }),
+        ),
+    ]
+}
 
+/// The per-call table, the future's size, and the hit target's verdict.
+fn print_per_call(setup: &Setup, rows: &[Row], resolve_hit: f64, moka_hit: f64) {
     // A future is moved by copying all of it, whatever state it is in: on a hit, its size is
     // paid in `memcpy` each time the resolver moves it (e.g. into `tracing::Instrumented`).
-    let future_bytes = std::mem::size_of_val(&resolver.resolve(&base, &hot));
+    let future_bytes = std::mem::size_of_val(&setup.resolver.resolve(&setup.base, &setup.hot));
     println!("size of the future `resolve` returns: {future_bytes} bytes");
     println!("allocations per call, on the calling thread ({HITS} hits, {MISSES} misses):");
-    for (what, n) in &rows {
+    for (what, n) in rows {
         println!("  {what:<56} {n:>8.2}");
     }
     let extra = resolve_hit - moka_hit;
@@ -248,37 +302,59 @@ fn main() {
          {moka_hit:.2} = {extra:.2} -> {}",
         if extra < 0.01 { "met" } else { "MISSED" }
     );
+}
 
-    if no_fill {
-        return;
-    }
+/// A row of the fills table: what was filled, live bytes and allocations, and entries.
+type Fill = (String, i64, i64, u64);
 
-    // Live heap bytes and allocations per entry. The resolver is filled through `resolve`
-    // against the upstream; its connection is open and its pool warm before counting, so the
-    // delta is the cache. Every cache has the same capacity (moka sizes its frequency sketch
-    // by it).
-    let fill_resolver = fill_resolver(&base);
+/// Live heap bytes and allocations per entry: the resolver filled through `resolve` against
+/// the upstream (its connection open and its pool warm before counting, so the delta is the
+/// cache), then bare caches of the same types, moka's own share, and quick_cache. Every cache
+/// has the same capacity (moka sizes its frequency sketch by it).
+fn print_fills(setup: &Setup) {
     let tokens: Vec<String> = (0..FILL).map(|i| token('f', i)).collect();
-    rt.block_on(fill_resolver.resolve(&base, &token('w', 0)))
+    let mut fills = vec![resolver_fill(setup, &tokens)];
+    fills.extend(bare_cache_fills(&setup.upstream.user_url(), &tokens));
+    println!("per cached entry (43-byte token, 16-byte name), {FILL} entries: live heap bytes, live allocations");
+    for (what, bytes, allocs, entries) in fills {
+        println!(
+            "  {what:<60} {:>6.0} B {:>6.2}",
+            bytes as f64 / entries as f64,
+            allocs as f64 / entries as f64
+        );
+    }
+}
+
+/// The resolver filled with `tokens` through `resolve`.
+fn resolver_fill(setup: &Setup, tokens: &[String]) -> Fill {
+    let (rt, base) = (&setup.rt, &setup.base);
+    let fill_resolver = fill_resolver(base);
+    rt.block_on(fill_resolver.resolve(base, &token('w', 0)))
         .unwrap();
     let before = fill_resolver.stats().entries;
     let (bytes, allocs) = live(|| {
         rt.block_on(async {
-            for t in &tokens {
-                fill_resolver.resolve(&base, t).await.unwrap();
+            for t in tokens {
+                fill_resolver.resolve(base, t).await.unwrap();
             }
         });
         fill_resolver.stats();
     });
     let entries = fill_resolver.stats().entries - before;
-    let mut fills = vec![(
+    (
         "resolver, filled through resolve".to_owned(),
         bytes,
         allocs,
         entries,
-    )];
+    )
+}
 
-    let endpoint: Arc<str> = Arc::from(endpoint.as_str());
+/// Bare caches filled with `tokens` directly: moka with the resolver's key and value types
+/// (one time to live, then per-entry expiry), moka of `u64 -> u64` (moka's own share, the
+/// floor under every row), and quick_cache.
+fn bare_cache_fills(endpoint: &str, tokens: &[String]) -> Vec<Fill> {
+    let endpoint: Arc<str> = Arc::from(endpoint);
+    let mut fills = Vec::new();
     for (what, moka) in [
         (
             "bare moka, same key, a user and its deadline, one time_to_live",
@@ -301,8 +377,6 @@ fn main() {
         });
         fills.push((what.to_owned(), bytes, allocs, moka.entry_count()));
     }
-
-    // moka's own bookkeeping per entry, with nothing of ours in it: the floor under every row.
     let bare: moka::sync::Cache<u64, u64> = moka::sync::Cache::builder()
         .max_capacity(CAPACITY)
         .time_to_live(std::time::Duration::from_secs(3600))
@@ -320,7 +394,6 @@ fn main() {
         allocs,
         bare.entry_count(),
     ));
-
     let quick = quick_cache::sync::Cache::<Key, Value>::new(CAPACITY as usize);
     let (bytes, allocs) = live(|| {
         for (i, t) in tokens.iter().enumerate() {
@@ -333,15 +406,7 @@ fn main() {
         allocs,
         quick.len() as u64,
     ));
-
-    println!("per cached entry (43-byte token, 16-byte name), {FILL} entries: live heap bytes, live allocations");
-    for (what, bytes, allocs, entries) in fills {
-        println!(
-            "  {what:<60} {:>6.0} B {:>6.2}",
-            bytes as f64 / entries as f64,
-            allocs as f64 / entries as f64
-        );
-    }
+    fills
 }
 
 /// Capacity of every cache in the fills: room for all, so nothing is evicted.

@@ -326,17 +326,7 @@ fn main() {
             let warm = drive(addr, &tokens).await;
             assert_eq!(warm.errors, 0, "the warm-up at {addr} had refusals");
         }
-        let mut rounds: Vec<(Run, Run)> = Vec::with_capacity(ROUNDS);
-        for round in 0..ROUNDS {
-            let (n, a) = if round % 2 == 0 {
-                let n = drive(nginx.addr, &tokens).await;
-                (n, drive(authenticated.addr, &tokens).await)
-            } else {
-                let a = drive(authenticated.addr, &tokens).await;
-                (drive(nginx.addr, &tokens).await, a)
-            };
-            rounds.push((n, a));
-        }
+        let rounds = alternate(nginx.addr, authenticated.addr, &tokens).await;
         let errors: usize = rounds.iter().map(|(n, a)| n.errors + a.errors).sum();
         // All hits: each token reached /api/user once through nginx and once through the
         // resolver, in the warm-up.
@@ -345,46 +335,74 @@ fn main() {
             calls <= 2 * CONNECTIONS as u64,
             "{calls} calls to /api/user: a path did not cache"
         );
-        let ratios: Vec<f64> = rounds
-            .iter()
-            .map(|(n, a)| a.per_second / n.per_second)
-            .collect();
-        let p99_lower = rounds.iter().filter(|(n, a)| a.p99 < n.p99).count();
-        let ratio = median(ratios.clone());
-        let (low, high) = ratios
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(l, h), r| (l.min(*r), h.max(*r)));
-        println!(
-            "{CONNECTIONS} connections, {ROUNDS} alternating rounds of {} s each, all cache hits",
-            ROUND_TIME.as_secs()
-        );
-        println!();
-        println!("| row | requests/s | p50 | p99 | vs nginx (median, range) |");
-        println!("|---|---:|---:|---:|---|");
-        for (label, pick) in [("nginx auth_request + proxy_cache", 0), ("Authenticated (axum feature)", 1)] {
-            let mut runs: Vec<&Run> = rounds
-                .iter()
-                .map(|(n, a)| if pick == 0 { n } else { a })
-                .collect();
-            runs.sort_by(|x, y| x.per_second.total_cmp(&y.per_second));
-            let run = runs[runs.len() / 2];
-            let vs = if pick == 0 {
-                "1.00x".to_owned()
-            } else {
-                format!("{ratio:.2}x ({low:.2}x-{high:.2}x)")
-            };
-            println!(
-                "| {label} | {:.0} | {} | {} | {vs} |",
-                run.per_second,
-                ms(run.p50),
-                ms(run.p99)
-            );
-        }
-        println!();
-        println!(
-            "target: >= 2x nginx's throughput: {} ({ratio:.2}x, median of {ROUNDS} per-round ratios); lower p99: {} (in {p99_lower} of {ROUNDS} rounds); errors: {errors}; /api/user calls: {calls}",
-            if ratio >= 2.0 { "met" } else { "missed" },
-            if p99_lower * 2 > ROUNDS { "met" } else { "missed" },
-        );
+        print_table(&rounds, errors, calls);
     });
+}
+
+/// [`ROUNDS`] rounds of both paths, alternating which goes first.
+async fn alternate(
+    nginx: SocketAddr,
+    authenticated: SocketAddr,
+    tokens: &Arc<Vec<String>>,
+) -> Vec<(Run, Run)> {
+    let mut rounds: Vec<(Run, Run)> = Vec::with_capacity(ROUNDS);
+    for round in 0..ROUNDS {
+        let (n, a) = if round % 2 == 0 {
+            let n = drive(nginx, tokens).await;
+            (n, drive(authenticated, tokens).await)
+        } else {
+            let a = drive(authenticated, tokens).await;
+            (drive(nginx, tokens).await, a)
+        };
+        rounds.push((n, a));
+    }
+    rounds
+}
+
+/// The table of both paths' median rounds, and the targets' verdicts.
+fn print_table(rounds: &[(Run, Run)], errors: usize, calls: u64) {
+    let ratios: Vec<f64> = rounds
+        .iter()
+        .map(|(n, a)| a.per_second / n.per_second)
+        .collect();
+    let p99_lower = rounds.iter().filter(|(n, a)| a.p99 < n.p99).count();
+    let ratio = median(ratios.clone());
+    let (low, high) = ratios
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(l, h), r| (l.min(*r), h.max(*r)));
+    println!(
+        "{CONNECTIONS} connections, {ROUNDS} alternating rounds of {} s each, all cache hits",
+        ROUND_TIME.as_secs()
+    );
+    println!();
+    println!("| row | requests/s | p50 | p99 | vs nginx (median, range) |");
+    println!("|---|---:|---:|---:|---|");
+    for (label, pick) in [
+        ("nginx auth_request + proxy_cache", 0),
+        ("Authenticated (axum feature)", 1),
+    ] {
+        let mut runs: Vec<&Run> = rounds
+            .iter()
+            .map(|(n, a)| if pick == 0 { n } else { a })
+            .collect();
+        runs.sort_by(|x, y| x.per_second.total_cmp(&y.per_second));
+        let run = runs[runs.len() / 2];
+        let vs = if pick == 0 {
+            "1.00x".to_owned()
+        } else {
+            format!("{ratio:.2}x ({low:.2}x-{high:.2}x)")
+        };
+        println!(
+            "| {label} | {:.0} | {} | {} | {vs} |",
+            run.per_second,
+            ms(run.p50),
+            ms(run.p99)
+        );
+    }
+    println!();
+    println!(
+        "target: >= 2x nginx's throughput: {} ({ratio:.2}x, median of {ROUNDS} per-round ratios); lower p99: {} (in {p99_lower} of {ROUNDS} rounds); errors: {errors}; /api/user calls: {calls}",
+        if ratio >= 2.0 { "met" } else { "missed" },
+        if p99_lower * 2 > ROUNDS { "met" } else { "missed" },
+    );
 }

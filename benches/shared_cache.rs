@@ -13,87 +13,88 @@ use token_resolver_support::bench as support;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use token_resolver::RedisTier;
-use token_resolver::Resolver;
+use token_resolver::{RedisTier, Resolver};
+use token_resolver_support::redis::{RedisCluster, RedisServer, RedisTls};
 
 use support::{runtime, token, Upstream, UpstreamConfig};
 
 const SECRET: &str = "bench-secret-of-32-bytes-length!";
 
+/// One form of the shared tier: a node that writes to it, a node that keeps nothing locally (so
+/// each of its resolutions goes to Redis), and how many keys its servers hold (the closure owns
+/// them: they stop when the form is dropped).
+struct Form {
+    name: &'static str,
+    writer: Resolver,
+    via: Resolver,
+    keys: Box<dyn Fn() -> usize>,
+}
+
+/// A resolver for `base` caching for the whole run; `local: false` keeps nothing locally.
+fn node(base: &str, tier: Option<RedisTier>, local: bool) -> Resolver {
+    let mut builder = Resolver::builder()
+        .default_auth_url(base)
+        .cache_ttl(Duration::from_secs(3600));
+    if !local {
+        builder = builder.max_cache_entries(0);
+    }
+    if let Some(tier) = tier {
+        builder = builder.shared_cache(tier);
+    }
+    builder.build().unwrap()
+}
+
+/// The forms this machine can run: one server always, TLS and Cluster when redis-server can.
+fn forms(base: &str, redis: RedisServer) -> Vec<Form> {
+    let op = Duration::from_millis(200);
+    let plain = RedisTier::new(redis.url(), SECRET).op_timeout(op);
+    let mut forms = vec![Form {
+        name: "redis_hit",
+        writer: node(base, Some(plain.clone()), true),
+        via: node(base, Some(plain), false),
+        keys: Box::new(move || redis.key_count()),
+    }];
+    let tls = RedisTls::start(&[]).expect("redis-server is installed");
+    let tls_tier = RedisTier::new(tls.url(""), SECRET)
+        .root_certificate(&tls.ca_pem)
+        .op_timeout(op);
+    forms.push(Form {
+        name: "redis_hit_tls",
+        writer: node(base, Some(tls_tier.clone()), true),
+        via: node(base, Some(tls_tier), false),
+        keys: Box::new(move || tls.server.key_count()),
+    });
+    if let Some(cluster) = RedisCluster::start(0) {
+        let tier = RedisTier::cluster(cluster.urls(), SECRET).op_timeout(op);
+        forms.push(Form {
+            name: "redis_hit_cluster",
+            writer: node(base, Some(tier.clone()), true),
+            via: node(base, Some(tier), false),
+            keys: Box::new(move || cluster.key_count()),
+        });
+    }
+    forms
+}
+
 fn tiers(c: &mut Criterion) {
-    let Some(redis) = token_resolver_support::redis::RedisServer::start() else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
     let rt = runtime();
     let upstream = Upstream::start(UpstreamConfig::default()).expect("the upstream starts");
     let base = upstream.base();
-    let tier = || RedisTier::new(redis.url(), SECRET).op_timeout(Duration::from_millis(200));
-    let builder = || {
-        Resolver::builder()
-            .default_auth_url(&base)
-            .cache_ttl(Duration::from_secs(3600))
-    };
-
-    let local = builder().build().unwrap();
-    let writer = builder().shared_cache(tier()).build().unwrap();
-    // A node that keeps nothing locally: each of its resolutions goes to Redis.
-    let via_redis = builder()
-        .max_cache_entries(0)
-        .shared_cache(tier())
-        .build()
-        .unwrap();
-    let no_cache = builder().max_cache_entries(0).build().unwrap();
-    let tls =
-        token_resolver_support::redis::RedisTls::start(&[]).expect("redis-server is installed");
-    let tls_tier = || {
-        RedisTier::new(tls.url(""), SECRET)
-            .root_certificate(&tls.ca_pem)
-            .op_timeout(Duration::from_millis(200))
-    };
-    let tls_writer = builder().shared_cache(tls_tier()).build().unwrap();
-    let via_tls = builder()
-        .max_cache_entries(0)
-        .shared_cache(tls_tier())
-        .build()
-        .unwrap();
-    let cluster = token_resolver_support::redis::RedisCluster::start(0);
-    let cluster_nodes = |cluster: &token_resolver_support::redis::RedisCluster| {
-        let tier =
-            RedisTier::cluster(cluster.urls(), SECRET).op_timeout(Duration::from_millis(200));
-        (
-            builder().shared_cache(tier.clone()).build().unwrap(),
-            builder()
-                .max_cache_entries(0)
-                .shared_cache(tier)
-                .build()
-                .unwrap(),
-        )
-    };
-    let (cluster_writer, via_cluster) = match cluster.as_ref().map(cluster_nodes) {
-        Some((writer, via)) => (Some(writer), Some(via)),
-        None => (None, None),
-    };
-
+    let local = node(&base, None, true);
+    let no_cache = node(&base, None, false);
+    let forms = forms(&base, redis);
     let t = token('r', 1);
     rt.block_on(async {
         local.resolve(&base, &t).await.unwrap();
-        writer.resolve(&base, &t).await.unwrap();
-        while redis.key_count() == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        via_redis.resolve(&base, &t).await.unwrap();
-        tls_writer.resolve(&base, &t).await.unwrap();
-        while tls.server.key_count() == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        via_tls.resolve(&base, &t).await.unwrap();
-        if let (Some(cluster), Some(writer), Some(via)) = (&cluster, &cluster_writer, &via_cluster)
-        {
-            writer.resolve(&base, &t).await.unwrap();
-            while cluster.key_count() == 0 {
+        for form in &forms {
+            form.writer.resolve(&base, &t).await.unwrap();
+            while (form.keys)() == 0 {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            via.resolve(&base, &t).await.unwrap();
+            form.via.resolve(&base, &t).await.unwrap();
         }
     });
     let calls_before = upstream.calls();
@@ -103,18 +104,10 @@ fn tiers(c: &mut Criterion) {
         b.to_async(&rt)
             .iter(|| async { local.resolve(&base, &t).await.unwrap() })
     });
-    group.bench_function("redis_hit", |b| {
-        b.to_async(&rt)
-            .iter(|| async { via_redis.resolve(&base, &t).await.unwrap() })
-    });
-    group.bench_function("redis_hit_tls", |b| {
-        b.to_async(&rt)
-            .iter(|| async { via_tls.resolve(&base, &t).await.unwrap() })
-    });
-    if let Some(via_cluster) = &via_cluster {
-        group.bench_function("redis_hit_cluster", |b| {
+    for form in &forms {
+        group.bench_function(form.name, |b| {
             b.to_async(&rt)
-                .iter(|| async { via_cluster.resolve(&base, &t).await.unwrap() })
+                .iter(|| async { form.via.resolve(&base, &t).await.unwrap() })
         });
     }
     assert_eq!(
@@ -122,11 +115,8 @@ fn tiers(c: &mut Criterion) {
         calls_before,
         "every redis_hit was answered by Redis"
     );
-    for via in [Some(&via_redis), Some(&via_tls), via_cluster.as_ref()]
-        .into_iter()
-        .flatten()
-    {
-        let stats = via.stats();
+    for form in &forms {
+        let stats = form.via.stats();
         assert_eq!(
             (stats.upstream_calls, stats.hits, stats.shared_errors),
             (0, 0, 0),

@@ -99,41 +99,45 @@ async fn run(
     Arc::try_unwrap(outcomes).unwrap().into_inner().unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resolutions_under_a_failing_slow_upstream_keep_every_bound() {
-    // Pins down the slot cap, the error codes, the cache capacity and recovery under load.
-    let recovered = Arc::new(AtomicBool::new(false));
-    let failures = Arc::new(AtomicU64::new(0));
-    let (r, f) = (recovered.clone(), failures.clone());
-    let server = Scripted::start(move |_, seen| {
-        let (recovered, failures) = (r.clone(), f.clone());
-        async move {
-            let i = index_of(seen.header("authorization"));
-            tokio::time::sleep(Duration::from_micros(fastrand::u64(0..=5_000))).await;
-            if !recovered.load(Ordering::SeqCst) && fastrand::f64() < FAILURE_RATE {
-                failures.fetch_add(1, Ordering::Relaxed);
-                return respond([500, 502, 503][fastrand::usize(0..3)], &[], b"");
-            }
-            user_answer(i as i64, &format!("user-{i}"))
-        }
-    })
-    .await;
-    let url = server.url();
-    let resolver = support::resolver_for(&url)
-        .max_concurrent_requests(MAX_IN_FLIGHT)
-        .max_cache_entries(CACHE_ENTRIES)
-        .queue_timeout(Duration::from_millis(500))
-        .request_timeout(Duration::from_secs(2))
-        // The breaker would turn most of the load into instant refusals; this test is about
-        // the bounds that hold while calls really go out.
-        .circuit_breaker(0, Duration::ZERO)
-        .build()
-        .unwrap();
+/// An upstream that answers after up to 5 ms, failing a share of calls with 5xx until it is
+/// told it `recovered`; it counts the `failures` it made.
+struct FlakyUpstream {
+    server: Scripted,
+    recovered: Arc<AtomicBool>,
+    failures: Arc<AtomicU64>,
+}
 
-    // Every token ten times, in bursts as players connect and join: the tokens in a fixed
-    // shuffled order, cut into windows of `BURST` tokens whose resolutions are shuffled
-    // together. Within a burst a token's look-ups coalesce or hit; across bursts the cache
-    // (a fifth of the tokens) keeps evicting.
+impl FlakyUpstream {
+    async fn start() -> FlakyUpstream {
+        let recovered = Arc::new(AtomicBool::new(false));
+        let failures = Arc::new(AtomicU64::new(0));
+        let (r, f) = (recovered.clone(), failures.clone());
+        let server = Scripted::start(move |_, seen| {
+            let (recovered, failures) = (r.clone(), f.clone());
+            async move {
+                let i = index_of(seen.header("authorization"));
+                tokio::time::sleep(Duration::from_micros(fastrand::u64(0..=5_000))).await;
+                if !recovered.load(Ordering::SeqCst) && fastrand::f64() < FAILURE_RATE {
+                    failures.fetch_add(1, Ordering::Relaxed);
+                    return respond([500, 502, 503][fastrand::usize(0..3)], &[], b"");
+                }
+                user_answer(i as i64, &format!("user-{i}"))
+            }
+        })
+        .await;
+        FlakyUpstream {
+            server,
+            recovered,
+            failures,
+        }
+    }
+}
+
+/// Every token ten times, in bursts as players connect and join: the tokens in a fixed
+/// shuffled order, cut into windows of `BURST` tokens whose resolutions are shuffled together.
+/// Within a burst a token's look-ups coalesce or hit; across bursts the cache (a fifth of the
+/// tokens) keeps evicting.
+fn bursts() -> Vec<usize> {
     let mut rng = fastrand::Rng::with_seed(0x5eed);
     let mut tokens: Vec<usize> = (0..TOKENS).collect();
     rng.shuffle(&mut tokens);
@@ -146,53 +150,97 @@ async fn resolutions_under_a_failing_slow_upstream_keep_every_bound() {
         rng.shuffle(&mut resolutions);
         order.extend(resolutions);
     }
+    order
+}
 
-    // The cache's size, watched while the load runs.
-    let watching = Arc::new(AtomicBool::new(true));
-    let largest_seen = Arc::new(AtomicU64::new(0));
-    let watcher = {
-        let (resolver, watching, largest_seen) =
-            (resolver.clone(), watching.clone(), largest_seen.clone());
-        tokio::spawn(async move {
-            while watching.load(Ordering::SeqCst) {
-                let entries = resolver.stats().entries;
-                largest_seen.fetch_max(entries, Ordering::SeqCst);
-                assert!(
-                    entries <= CACHE_ENTRIES,
-                    "the cache holds {entries} entries, over its capacity of {CACHE_ENTRIES}"
-                );
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
+/// Watches the cache's size while the load runs, failing if it ever exceeds its capacity; the
+/// largest size seen, once `watching` is cleared.
+fn watch_the_cache(resolver: &Resolver, watching: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
+    let resolver = resolver.clone();
+    tokio::spawn(async move {
+        let mut largest_seen = 0;
+        while watching.load(Ordering::SeqCst) {
+            let entries = resolver.stats().entries;
+            largest_seen = largest_seen.max(entries);
+            assert!(
+                entries <= CACHE_ENTRIES,
+                "the cache holds {entries} entries, over its capacity of {CACHE_ENTRIES}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        largest_seen
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolutions_under_a_failing_slow_upstream_keep_every_bound() {
+    // Pins down the slot cap, the error codes, the cache capacity and recovery under load.
+    let upstream = FlakyUpstream::start().await;
+    let url = upstream.server.url();
+    let resolver = support::resolver_for(&url)
+        .max_concurrent_requests(MAX_IN_FLIGHT)
+        .max_cache_entries(CACHE_ENTRIES)
+        .queue_timeout(Duration::from_millis(500))
+        .request_timeout(Duration::from_secs(2))
+        // The breaker would turn most of the load into instant refusals; this test is about
+        // the bounds that hold while calls really go out.
+        .circuit_breaker(0, Duration::ZERO)
+        .build()
+        .unwrap();
 
     let started = Instant::now();
-    let outcomes = run(&resolver, &url, Arc::new(order), WORKERS).await;
+    let watching = Arc::new(AtomicBool::new(true));
+    let watcher = watch_the_cache(&resolver, watching.clone());
+    let outcomes = run(&resolver, &url, Arc::new(bursts()), WORKERS).await;
     let load_time = started.elapsed();
     watching.store(false, Ordering::SeqCst);
-    watcher.await.expect("the cache stayed within its capacity");
-
-    let stats = resolver.stats();
-    let resolved: u64 = outcomes.values().sum();
+    let largest_seen = watcher.await.expect("the cache stayed within its capacity");
     eprintln!(
         "load: {RESOLUTIONS} resolutions in {load_time:?}: {outcomes:?}; {} upstream requests, \
-         {} failed on purpose; max in flight {}; cache {} entries (largest seen {}); {stats:?}",
-        server.requests(),
-        failures.load(Ordering::Relaxed),
-        server.max_in_flight(),
-        stats.entries,
-        largest_seen.load(Ordering::SeqCst),
+         {} failed on purpose; max in flight {}; largest cache seen {largest_seen}; {:?}",
+        upstream.server.requests(),
+        upstream.failures.load(Ordering::Relaxed),
+        upstream.server.max_in_flight(),
+        resolver.stats(),
     );
+    every_bound_held(&upstream, &resolver, &outcomes);
+
+    // The upstream recovers: every token resolves, to its own user, at the first try. As many
+    // tasks as slots, so no resolution waits for one.
+    upstream.recovered.store(true, Ordering::SeqCst);
+    let recovery_started = Instant::now();
+    let all = Arc::new((0..TOKENS).collect());
+    let outcomes = run(&resolver, &url, all, MAX_IN_FLIGHT).await;
+    eprintln!(
+        "recovery: {TOKENS} resolutions in {:?}: {outcomes:?}",
+        recovery_started.elapsed()
+    );
+    assert_eq!(outcomes.get("ok"), Some(&(TOKENS as u64)), "{outcomes:?}");
+    assert!(upstream.server.max_in_flight() <= MAX_IN_FLIGHT);
+    assert!(resolver.stats().entries <= CACHE_ENTRIES);
+    assert!(
+        started.elapsed() < TIME_BOUND,
+        "load and recovery took {:?}",
+        started.elapsed()
+    );
+}
+
+/// Under the failing load: every resolution ended, calls ran concurrently but within the slot
+/// cap, the cache within its capacity, most players got in and the faults reached some.
+fn every_bound_held(
+    upstream: &FlakyUpstream,
+    resolver: &Resolver,
+    outcomes: &BTreeMap<&'static str, u64>,
+) {
+    let resolved: u64 = outcomes.values().sum();
     assert_eq!(resolved, RESOLUTIONS as u64);
+    let max_in_flight = upstream.server.max_in_flight();
     assert!(
-        server.max_in_flight() <= MAX_IN_FLIGHT,
-        "{} calls in flight at the server, over the cap of {MAX_IN_FLIGHT}",
-        server.max_in_flight()
+        max_in_flight <= MAX_IN_FLIGHT,
+        "{max_in_flight} calls in flight at the server, over the cap of {MAX_IN_FLIGHT}"
     );
-    assert!(
-        server.max_in_flight() > 1,
-        "the load never ran calls concurrently"
-    );
+    assert!(max_in_flight > 1, "the load never ran calls concurrently");
+    let stats = resolver.stats();
     assert!(stats.entries <= CACHE_ENTRIES, "{stats:?}");
     assert!(
         outcomes.get("ok").copied().unwrap_or(0) > (RESOLUTIONS / 2) as u64,
@@ -203,26 +251,7 @@ async fn resolutions_under_a_failing_slow_upstream_keep_every_bound() {
         "the faults reached some callers: {outcomes:?}"
     );
     assert!(
-        failures.load(Ordering::Relaxed) > 1_000,
+        upstream.failures.load(Ordering::Relaxed) > 1_000,
         "the upstream failed calls"
-    );
-
-    // The upstream recovers: every token resolves, to its own user, at the first try. As many
-    // tasks as slots, so no resolution waits for one.
-    recovered.store(true, Ordering::SeqCst);
-    let recovery_started = Instant::now();
-    let all = Arc::new((0..TOKENS).collect());
-    let outcomes = run(&resolver, &url, all, MAX_IN_FLIGHT).await;
-    eprintln!(
-        "recovery: {TOKENS} resolutions in {:?}: {outcomes:?}",
-        recovery_started.elapsed()
-    );
-    assert_eq!(outcomes.get("ok"), Some(&(TOKENS as u64)), "{outcomes:?}");
-    assert!(server.max_in_flight() <= MAX_IN_FLIGHT);
-    assert!(resolver.stats().entries <= CACHE_ENTRIES);
-    assert!(
-        started.elapsed() < TIME_BOUND,
-        "load and recovery took {:?}",
-        started.elapsed()
     );
 }

@@ -10,13 +10,13 @@
 
 use token_resolver_support as support;
 
-use std::error::Error as _;
 use std::time::Duration;
 
 use axum::response::IntoResponse;
 use support::{
-    close_at_once, endless_chunked, never_answer, reset_mid_body, resolver_for,
-    short_body_then_close, trickle_body, write_raw, RawServer, Scripted, UntrustedTls,
+    close_at_once, endless_chunked, error_texts, never_answer, recorded_metrics, reset_mid_body,
+    resolver_for, short_body_then_close, trickle_body, write_raw, RawServer, Scripted,
+    UntrustedTls,
 };
 use token_resolver::{ConnectRequest, ErrorCode, JoinRequest, ResolveError, Resolver};
 
@@ -51,27 +51,64 @@ fn echoing_bodies(authorization: &str) -> Vec<String> {
     ]
 }
 
+/// The errors of the fault paths, each with what caused it.
+type Errors = Vec<(String, ResolveError)>;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_appears_nowhere_on_the_fault_paths() {
+    // Pins down that no fault path puts the token (or the body that echoed it) in an error, a
+    // log line, a span field or a metric.
     let (logs, snapshotter) = support::capture_everything();
+    let mut errors = Errors::new();
+    transport_faults(&mut errors).await;
+    untrusted_tls(&mut errors).await;
+    echoing_bodies_fail(&mut errors).await;
+    echoing_statuses_fail(&mut errors).await;
+    connect_and_join_fail(&mut errors).await;
 
-    let mut errors: Vec<(String, ResolveError)> = Vec::new();
-    let timeout = Duration::from_millis(400);
-    let resolver = |url: &str| -> Resolver {
-        resolver_for(url)
-            .request_timeout(timeout)
-            .negative_cache_ttl(Duration::ZERO)
-            .build()
-            .unwrap()
-    };
-    async fn fail(resolver: &Resolver, url: &str) -> ResolveError {
-        resolver
-            .resolve(url, TOKEN)
-            .await
-            .expect_err("the fault fails the resolution")
+    for (what, error) in &errors {
+        assert_error_keeps_the_secret(what, error);
     }
+    let logs = logs.text();
+    assert!(
+        logs.contains("auth_host") && logs.contains("auth_timeout"),
+        "the capture saw the spans: {:.500}",
+        logs
+    );
+    for line in logs.lines() {
+        assert!(!leaks(line), "the token is in a log line: {line}");
+    }
+    for (name, labels) in recorded_metrics(&snapshotter) {
+        assert!(!leaks(&name));
+        for (key, value) in labels {
+            assert!(
+                !leaks(&key) && !leaks(&value),
+                "the token is in the metric label {key}={value}"
+            );
+        }
+    }
+}
 
-    // Transport faults.
+/// A resolver for `url` whose deadline the hanging faults reach quickly, caching no rejection.
+fn resolver(url: &str) -> Resolver {
+    resolver_for(url)
+        .request_timeout(Duration::from_millis(400))
+        .negative_cache_ttl(Duration::ZERO)
+        .build()
+        .unwrap()
+}
+
+/// Resolves the token at `url`, which must fail.
+async fn fail(url: &str) -> ResolveError {
+    resolver(url)
+        .resolve(url, TOKEN)
+        .await
+        .expect_err("the fault fails the resolution")
+}
+
+/// Transport faults: no headers, trickled, endless, short and reset bodies, a closed
+/// connection, and the `Authorization` header echoed as the status line or a reason phrase.
+async fn transport_faults(errors: &mut Errors) {
     let raw_cases: Vec<(&str, RawServer)> = vec![
         ("headers never come", RawServer::start(never_answer).await),
         ("trickled body", RawServer::start(trickle_body).await),
@@ -106,7 +143,7 @@ async fn token_appears_nowhere_on_the_fault_paths() {
         ),
     ];
     for (what, server) in &raw_cases {
-        let error = fail(&resolver(&server.url()), &server.url()).await;
+        let error = fail(&server.url()).await;
         assert!(
             error.is_retryable() || error.code() == ErrorCode::AuthBadResponse,
             "{what}: {error}"
@@ -117,16 +154,20 @@ async fn token_appears_nowhere_on_the_fault_paths() {
         );
         errors.push((what.to_string(), error));
     }
+}
 
-    // Untrusted TLS, by IP and by name.
+/// Untrusted TLS, by IP and by name.
+async fn untrusted_tls(errors: &mut Errors) {
     let tls = UntrustedTls::start().await;
     for url in [tls.url(), tls.localhost_url()] {
-        let error = fail(&resolver(&url), &url).await;
+        let error = fail(&url).await;
         assert_eq!(error.code(), ErrorCode::AuthUnavailable, "{error}");
         errors.push((format!("untrusted TLS at {url}"), error));
     }
+}
 
-    // Bodies that echo the Authorization header, one server per body.
+/// Bodies that echo the `Authorization` header, one server per body.
+async fn echoing_bodies_fail(errors: &mut Errors) {
     for (n, _) in echoing_bodies("").iter().enumerate() {
         let server = Scripted::start(move |_, seen| async move {
             let auth = seen.header("authorization").unwrap_or_default().to_owned();
@@ -139,7 +180,7 @@ async fn token_appears_nowhere_on_the_fault_paths() {
                 .into_response()
         })
         .await;
-        let error = fail(&resolver(&server.url()), &server.url()).await;
+        let error = fail(&server.url()).await;
         assert_eq!(
             error.code(),
             ErrorCode::AuthBadResponse,
@@ -147,8 +188,10 @@ async fn token_appears_nowhere_on_the_fault_paths() {
         );
         errors.push((format!("echoing body {n}"), error));
     }
+}
 
-    // Statuses whose bodies and headers echo it: rejected, unavailable, unexpected, redirected.
+/// Statuses whose bodies and headers echo it: rejected, unavailable, unexpected, redirected.
+async fn echoing_statuses_fail(errors: &mut Errors) {
     for status in [401, 403, 404, 429, 500, 503, 302, 307] {
         let server = Scripted::start(move |_, seen| async move {
             let auth = seen.header("authorization").unwrap_or_default().to_owned();
@@ -169,12 +212,16 @@ async fn token_appears_nowhere_on_the_fault_paths() {
             response
         })
         .await;
-        let error = fail(&resolver(&server.url()), &server.url()).await;
-        errors.push((format!("status {status} echoing"), error));
+        errors.push((
+            format!("status {status} echoing"),
+            fail(&server.url()).await,
+        ));
     }
+}
 
-    // The connect and join paths through a failing upstream, and a join to a disallowed URL
-    // naming the token in its path and query.
+/// The connect and join paths through a failing upstream, and a join to a disallowed URL
+/// naming the token in its path and query.
+async fn connect_and_join_fail(errors: &mut Errors) {
     let failing = Scripted::always(503, &[], b"").await;
     let r = resolver(&failing.url());
     let connect = ConnectRequest {
@@ -195,55 +242,23 @@ async fn token_appears_nowhere_on_the_fault_paths() {
     ));
     assert!(!leaks(&format!("{connect:?}")));
     assert!(!leaks(&format!("{r:?}")));
+}
 
-    // Every error: its code, message, Debug and whole source chain.
-    for (what, error) in &errors {
-        let mut shown = vec![error.to_string(), format!("{error:?}")];
-        let mut source = error.source();
-        while let Some(cause) = source {
-            shown.push(cause.to_string());
-            shown.push(format!("{cause:?}"));
-            source = cause.source();
-        }
-        for text in &shown {
-            assert!(!leaks(text), "{what}: the token is in an error: {text}");
-            assert!(
-                !text.contains(BODY_MARKER),
-                "{what}: an error quotes the body: {text}"
-            );
-        }
-        // A message names the host and what was wrong in a sentence; a body excerpt, if one
-        // is ever added, must stay short.
+/// An error's code, message, `Debug` and whole source chain keep the token and the body out,
+/// and its message stays a sentence (a body excerpt, if one is ever added, must stay short).
+fn assert_error_keeps_the_secret(what: &str, error: &ResolveError) {
+    for text in error_texts(error) {
+        assert!(!leaks(&text), "{what}: the token is in an error: {text}");
         assert!(
-            error.to_string().len() <= 300,
-            "{what}: an error message of {} bytes: {error}",
-            error.to_string().len()
+            !text.contains(BODY_MARKER),
+            "{what}: an error quotes the body: {text}"
         );
     }
-
-    // Every log line and span field.
-    let logs = logs.text();
     assert!(
-        logs.contains("auth_host") && logs.contains("auth_timeout"),
-        "the capture saw the spans: {:.500}",
-        logs
+        error.to_string().len() <= 300,
+        "{what}: an error message of {} bytes: {error}",
+        error.to_string().len()
     );
-    for line in logs.lines() {
-        assert!(!leaks(line), "the token is in a log line: {line}");
-    }
-
-    // Every metric name and label.
-    for (key, ..) in snapshotter.snapshot().into_vec() {
-        assert!(!leaks(key.key().name()));
-        for label in key.key().labels() {
-            assert!(
-                !leaks(label.key()) && !leaks(label.value()),
-                "the token is in the metric label {}={}",
-                label.key(),
-                label.value()
-            );
-        }
-    }
 }
 
 /// The `Authorization` header's value in a request head.

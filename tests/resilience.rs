@@ -1,5 +1,9 @@
 //! Serving stale answers through an outage (`serve_stale_for`) and the per-API circuit breaker,
 //! against a real upstream on loopback that the test switches between healthy and failing.
+//!
+//! These run on real time: the cache's lifetimes are moka's and the breaker's cool-down is a
+//! `std::time::Instant`, neither of which tokio's paused clock moves. The waits are the
+//! shortest the lifetimes under test allow (tens to hundreds of milliseconds).
 
 use token_resolver_support as support;
 
@@ -8,57 +12,106 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::{resolver_for, respond, user_answer, Scripted};
-use token_resolver::ErrorCode;
+use token_resolver::{ErrorCode, ResolveError, Resolver, ResolverBuilder, User};
 
-const HEALTHY: u8 = 0;
-const FAILING: u8 = 1;
-const REJECTING: u8 = 2;
-const HANGING: u8 = 3;
+/// How the test's upstream answers now.
+#[derive(Clone, Copy)]
+#[repr(u8)]
+enum Mode {
+    /// 200 with user 7, "sam".
+    Healthy,
+    /// 503.
+    Failing,
+    /// 401.
+    Rejecting,
+    /// Nothing, for 30 s.
+    Hanging,
+}
 
-/// An upstream whose behaviour the test switches: healthy, 503, 401 or never answering.
-async fn switchable() -> (Scripted, Arc<AtomicU8>) {
-    let mode = Arc::new(AtomicU8::new(HEALTHY));
-    let m = mode.clone();
-    let server = Scripted::start(move |_, _| {
-        let m = m.clone();
-        async move {
-            match m.load(Ordering::SeqCst) {
-                HEALTHY => user_answer(7, "sam"),
-                FAILING => respond(503, &[], b""),
-                REJECTING => respond(401, &[], b""),
-                _ => {
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                    user_answer(7, "sam")
+impl Mode {
+    /// Every mode, by its `u8`.
+    const ALL: [Mode; 4] = [Mode::Healthy, Mode::Failing, Mode::Rejecting, Mode::Hanging];
+}
+
+/// An upstream whose behaviour the test switches, and a resolver for it.
+struct Outage {
+    server: Scripted,
+    mode: Arc<AtomicU8>,
+    resolver: Resolver,
+}
+
+impl Outage {
+    /// The upstream answering as `mode`, and a resolver for it that `configure` sets up.
+    async fn start(
+        mode: Mode,
+        configure: impl FnOnce(ResolverBuilder) -> ResolverBuilder,
+    ) -> Outage {
+        let shared = Arc::new(AtomicU8::new(mode as u8));
+        let m = shared.clone();
+        let server = Scripted::start(move |_, _| {
+            let m = m.clone();
+            async move {
+                match Mode::ALL[usize::from(m.load(Ordering::SeqCst))] {
+                    Mode::Healthy => user_answer(7, "sam"),
+                    Mode::Failing => respond(503, &[], b""),
+                    Mode::Rejecting => respond(401, &[], b""),
+                    Mode::Hanging => {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        user_answer(7, "sam")
+                    }
                 }
             }
+        })
+        .await;
+        let resolver = configure(resolver_for(&server.url())).build().unwrap();
+        Outage {
+            server,
+            mode: shared,
+            resolver,
         }
-    })
-    .await;
-    (server, mode)
+    }
+
+    /// From now on the upstream answers as `mode`.
+    fn set(&self, mode: Mode) {
+        self.mode.store(mode as u8, Ordering::SeqCst);
+    }
+
+    async fn resolve(&self, token: &str) -> Result<Arc<User>, ResolveError> {
+        self.resolver.resolve(&self.server.url(), token).await
+    }
+
+    /// The code `token` fails with now.
+    async fn refusal(&self, token: &str) -> ErrorCode {
+        self.resolve(token).await.unwrap_err().code()
+    }
+
+    /// Requests that reached the upstream so far.
+    fn requests(&self) -> usize {
+        self.server.requests()
+    }
 }
 
 #[tokio::test]
 async fn an_expired_answer_is_served_stale_while_the_api_is_down() {
     // Pins down serve_stale_for inside its window: flagged stale, counted.
-    let (server, mode) = switchable().await;
-    let resolver = resolver_for(&server.url())
-        .cache_ttl(Duration::from_millis(100))
-        .serve_stale_for(Duration::from_secs(5))
-        .build()
-        .unwrap();
-    let fresh = resolver.resolve(&server.url(), "t").await.unwrap();
+    let outage = Outage::start(Mode::Healthy, |b| {
+        b.cache_ttl(Duration::from_millis(100))
+            .serve_stale_for(Duration::from_secs(5))
+    })
+    .await;
+    let fresh = outage.resolve("t").await.unwrap();
     assert!(!fresh.stale);
     tokio::time::sleep(Duration::from_millis(150)).await;
-    mode.store(FAILING, Ordering::SeqCst);
+    outage.set(Mode::Failing);
 
-    let stale = resolver.resolve(&server.url(), "t").await.unwrap();
+    let stale = outage.resolve("t").await.unwrap();
     assert!(stale.stale);
     assert_eq!((stale.id, stale.name.as_str()), (7, "sam"));
-    assert_eq!(resolver.stats().stale_served, 1);
+    assert_eq!(outage.resolver.stats().stale_served, 1);
 
-    mode.store(HEALTHY, Ordering::SeqCst);
+    outage.set(Mode::Healthy);
     assert!(
-        !resolver.resolve(&server.url(), "t").await.unwrap().stale,
+        !outage.resolve("t").await.unwrap().stale,
         "fresh again once the API is back"
     );
 }
@@ -66,62 +119,47 @@ async fn an_expired_answer_is_served_stale_while_the_api_is_down() {
 #[tokio::test]
 async fn past_the_window_the_outage_is_an_error() {
     // Pins down the other side of the window.
-    let (server, mode) = switchable().await;
-    let resolver = resolver_for(&server.url())
-        .cache_ttl(Duration::from_millis(100))
-        .serve_stale_for(Duration::from_millis(200))
-        .build()
-        .unwrap();
-    resolver.resolve(&server.url(), "t").await.unwrap();
-    mode.store(FAILING, Ordering::SeqCst);
+    let outage = Outage::start(Mode::Healthy, |b| {
+        b.cache_ttl(Duration::from_millis(100))
+            .serve_stale_for(Duration::from_millis(200))
+    })
+    .await;
+    outage.resolve("t").await.unwrap();
+    outage.set(Mode::Failing);
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let err = resolver.resolve(&server.url(), "t").await.unwrap_err();
-    assert_eq!(err.code(), ErrorCode::AuthUnavailable);
+    assert_eq!(outage.refusal("t").await, ErrorCode::AuthUnavailable);
 }
 
 #[tokio::test]
 async fn a_timeout_also_falls_back_to_the_stale_answer() {
     // Pins down that auth_timeout, like auth_unavailable, may be answered stale.
-    let (server, mode) = switchable().await;
-    let resolver = resolver_for(&server.url())
-        .cache_ttl(Duration::from_millis(50))
-        .serve_stale_for(Duration::from_secs(5))
-        .request_timeout(Duration::from_millis(200))
-        .build()
-        .unwrap();
-    resolver.resolve(&server.url(), "t").await.unwrap();
+    let outage = Outage::start(Mode::Healthy, |b| {
+        b.cache_ttl(Duration::from_millis(50))
+            .serve_stale_for(Duration::from_secs(5))
+            .request_timeout(Duration::from_millis(200))
+    })
+    .await;
+    outage.resolve("t").await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    mode.store(HANGING, Ordering::SeqCst);
-    assert!(resolver.resolve(&server.url(), "t").await.unwrap().stale);
+    outage.set(Mode::Hanging);
+    assert!(outage.resolve("t").await.unwrap().stale);
 }
 
 #[tokio::test]
 async fn a_rejection_is_never_answered_stale() {
     // Pins down "never when it rejects the token": a revoked token is refused at once.
-    let (server, mode) = switchable().await;
-    let resolver = resolver_for(&server.url())
-        .cache_ttl(Duration::from_millis(50))
-        .serve_stale_for(Duration::from_secs(5))
-        .build()
-        .unwrap();
-    resolver.resolve(&server.url(), "t").await.unwrap();
+    let outage = Outage::start(Mode::Healthy, |b| {
+        b.cache_ttl(Duration::from_millis(50))
+            .serve_stale_for(Duration::from_secs(5))
+    })
+    .await;
+    outage.resolve("t").await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    mode.store(REJECTING, Ordering::SeqCst);
+    outage.set(Mode::Rejecting);
+    assert_eq!(outage.refusal("t").await, ErrorCode::TokenRejected);
+    outage.set(Mode::Failing);
     assert_eq!(
-        resolver
-            .resolve(&server.url(), "t")
-            .await
-            .unwrap_err()
-            .code(),
-        ErrorCode::TokenRejected
-    );
-    mode.store(FAILING, Ordering::SeqCst);
-    assert_eq!(
-        resolver
-            .resolve(&server.url(), "t")
-            .await
-            .unwrap_err()
-            .code(),
+        outage.refusal("t").await,
         ErrorCode::TokenRejected,
         "the rejection replaced the stale answer"
     );
@@ -130,52 +168,33 @@ async fn a_rejection_is_never_answered_stale() {
 #[tokio::test]
 async fn stale_serving_is_off_by_default() {
     // Pins down the default: an expired answer is gone.
-    let (server, mode) = switchable().await;
-    let resolver = resolver_for(&server.url())
-        .cache_ttl(Duration::from_millis(50))
-        .build()
-        .unwrap();
-    resolver.resolve(&server.url(), "t").await.unwrap();
+    let outage = Outage::start(Mode::Healthy, |b| b.cache_ttl(Duration::from_millis(50))).await;
+    outage.resolve("t").await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    mode.store(FAILING, Ordering::SeqCst);
-    assert_eq!(
-        resolver
-            .resolve(&server.url(), "t")
-            .await
-            .unwrap_err()
-            .code(),
-        ErrorCode::AuthUnavailable
-    );
+    outage.set(Mode::Failing);
+    assert_eq!(outage.refusal("t").await, ErrorCode::AuthUnavailable);
 }
 
 #[tokio::test]
 async fn an_open_breaker_fails_fast_without_calling_the_dead_api() {
     // Pins down the circuit breaker: after the run of failures, callers do not wait for
     // request_timeout and no request reaches the API.
-    let (server, mode) = switchable().await;
-    mode.store(HANGING, Ordering::SeqCst);
     let timeout = Duration::from_millis(300);
-    let resolver = resolver_for(&server.url())
-        .request_timeout(timeout)
-        .retries(0)
-        .circuit_breaker(3, Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let outage = Outage::start(Mode::Hanging, |b| {
+        b.request_timeout(timeout)
+            .retries(0)
+            .circuit_breaker(3, Duration::from_secs(30))
+    })
+    .await;
     for i in 0..3 {
-        let err = resolver
-            .resolve(&server.url(), &format!("t{i}"))
-            .await
-            .unwrap_err();
+        let err = outage.resolve(&format!("t{i}")).await.unwrap_err();
         assert_eq!(err.code(), ErrorCode::AuthTimeout);
     }
-    assert_eq!(server.requests(), 3);
+    assert_eq!(outage.requests(), 3);
 
     for i in 0..50 {
         let started = Instant::now();
-        let err = resolver
-            .resolve(&server.url(), &format!("u{i}"))
-            .await
-            .unwrap_err();
+        let err = outage.resolve(&format!("u{i}")).await.unwrap_err();
         assert_eq!(err.code(), ErrorCode::AuthUnavailable);
         assert!(err.to_string().contains("circuit breaker"), "{err}");
         assert!(
@@ -184,103 +203,85 @@ async fn an_open_breaker_fails_fast_without_calling_the_dead_api() {
             started.elapsed()
         );
     }
-    assert_eq!(server.requests(), 3, "an open breaker sends nothing");
-    assert_eq!(resolver.stats().short_circuited, 50);
+    assert_eq!(outage.requests(), 3, "an open breaker sends nothing");
+    assert_eq!(outage.resolver.stats().short_circuited, 50);
 }
 
 #[tokio::test]
 async fn cache_hits_are_served_while_the_breaker_is_open() {
     // Pins down that the breaker only guards calls.
-    let (server, mode) = switchable().await;
-    let resolver = resolver_for(&server.url())
-        .retries(0)
-        .circuit_breaker(2, Duration::from_secs(30))
-        .build()
-        .unwrap();
-    resolver.resolve(&server.url(), "cached").await.unwrap();
-    mode.store(FAILING, Ordering::SeqCst);
+    let outage = Outage::start(Mode::Healthy, |b| {
+        b.retries(0).circuit_breaker(2, Duration::from_secs(30))
+    })
+    .await;
+    outage.resolve("cached").await.unwrap();
+    outage.set(Mode::Failing);
     for t in ["a", "b", "c"] {
-        resolver.resolve(&server.url(), t).await.unwrap_err();
+        outage.resolve(t).await.unwrap_err();
     }
-    assert_eq!(
-        resolver.resolve(&server.url(), "cached").await.unwrap().id,
-        7
-    );
+    assert_eq!(outage.resolve("cached").await.unwrap().id, 7);
 }
 
 #[tokio::test]
 async fn the_breaker_closes_by_itself_when_the_api_recovers() {
     // Pins down the half-open probe: after the cool-down one call goes through, and its success
     // closes the breaker.
-    let (server, mode) = switchable().await;
-    mode.store(FAILING, Ordering::SeqCst);
-    let resolver = resolver_for(&server.url())
-        .retries(0)
-        .circuit_breaker(2, Duration::from_millis(200))
-        .build()
-        .unwrap();
+    let outage = Outage::start(Mode::Failing, |b| {
+        b.retries(0).circuit_breaker(2, Duration::from_millis(200))
+    })
+    .await;
     for t in ["a", "b"] {
-        resolver.resolve(&server.url(), t).await.unwrap_err();
+        outage.resolve(t).await.unwrap_err();
     }
-    assert!(resolver
-        .resolve(&server.url(), "c")
+    assert!(outage
+        .resolve("c")
         .await
         .unwrap_err()
         .to_string()
         .contains("circuit breaker"));
-    mode.store(HEALTHY, Ordering::SeqCst);
+    outage.set(Mode::Healthy);
     tokio::time::sleep(Duration::from_millis(250)).await;
-    assert_eq!(resolver.resolve(&server.url(), "c").await.unwrap().id, 7);
-    assert_eq!(resolver.resolve(&server.url(), "d").await.unwrap().id, 7);
-    assert_eq!(server.requests(), 4);
+    assert_eq!(outage.resolve("c").await.unwrap().id, 7);
+    assert_eq!(outage.resolve("d").await.unwrap().id, 7);
+    assert_eq!(outage.requests(), 4);
 }
 
 #[tokio::test]
 async fn a_failed_probe_keeps_the_breaker_open() {
     // Pins down that a probe that fails re-opens the breaker for another cool-down.
-    let (server, mode) = switchable().await;
-    mode.store(FAILING, Ordering::SeqCst);
-    let resolver = resolver_for(&server.url())
-        .retries(3)
-        .circuit_breaker(1, Duration::from_millis(150))
-        .build()
-        .unwrap();
-    resolver.resolve(&server.url(), "a").await.unwrap_err();
+    let outage = Outage::start(Mode::Failing, |b| {
+        b.retries(3).circuit_breaker(1, Duration::from_millis(150))
+    })
+    .await;
+    outage.resolve("a").await.unwrap_err();
     assert_eq!(
-        server.requests(),
+        outage.requests(),
         1,
         "the breaker opened at the first failure and stopped the retries"
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
-    resolver.resolve(&server.url(), "b").await.unwrap_err();
-    assert_eq!(server.requests(), 2, "the probe is a single call");
-    resolver.resolve(&server.url(), "c").await.unwrap_err();
-    assert_eq!(server.requests(), 2, "open again");
+    outage.resolve("b").await.unwrap_err();
+    assert_eq!(outage.requests(), 2, "the probe is a single call");
+    outage.resolve("c").await.unwrap_err();
+    assert_eq!(outage.requests(), 2, "open again");
 }
 
 #[tokio::test]
 async fn stale_answers_cover_an_open_breaker() {
     // Pins down that the two features compose: a dead API behind an open breaker still lets
     // recently seen players in, flagged stale.
-    let (server, mode) = switchable().await;
-    let resolver = resolver_for(&server.url())
-        .cache_ttl(Duration::from_millis(50))
-        .serve_stale_for(Duration::from_secs(10))
-        .retries(0)
-        .circuit_breaker(1, Duration::from_secs(30))
-        .build()
-        .unwrap();
-    resolver.resolve(&server.url(), "known").await.unwrap();
-    mode.store(FAILING, Ordering::SeqCst);
-    resolver.resolve(&server.url(), "other").await.unwrap_err();
+    let outage = Outage::start(Mode::Healthy, |b| {
+        b.cache_ttl(Duration::from_millis(50))
+            .serve_stale_for(Duration::from_secs(10))
+            .retries(0)
+            .circuit_breaker(1, Duration::from_secs(30))
+    })
+    .await;
+    outage.resolve("known").await.unwrap();
+    outage.set(Mode::Failing);
+    outage.resolve("other").await.unwrap_err();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let before = server.requests();
-    assert!(
-        resolver
-            .resolve(&server.url(), "known")
-            .await
-            .unwrap()
-            .stale
-    );
-    assert_eq!(server.requests(), before);
+    let before = outage.requests();
+    assert!(outage.resolve("known").await.unwrap().stale);
+    assert_eq!(outage.requests(), before);
 }

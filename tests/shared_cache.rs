@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 
-use support::{login_and_take_token, reference_api, resolver_for, Scripted};
+use support::{eventually, login_and_take_token, reference_api, resolver_for, Scripted};
 use token_resolver::RedisTier;
 use token_resolver::{ErrorCode, Resolver};
 use token_resolver_reference_api::RunningApi;
@@ -23,15 +23,6 @@ fn node(api_url: &str, redis: &RedisServer) -> Resolver {
         .shared_cache(RedisTier::new(redis.url(), SECRET).op_timeout(Duration::from_millis(200)))
         .build()
         .unwrap()
-}
-
-/// Waits up to 5 s for `condition`.
-async fn eventually(what: &str, condition: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

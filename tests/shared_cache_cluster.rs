@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{resolver_for, Scripted};
+use support::{eventually, resolver_for, Scripted};
 use token_resolver::{RedisTier, Resolver};
 use token_resolver_support::redis::RedisCluster;
 
@@ -31,15 +31,6 @@ async fn api() -> Scripted {
     .await
 }
 
-/// Waits up to `secs` for `condition`.
-async fn eventually(what: &str, secs: u64, condition: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_share_answers_and_every_invalidation_on_a_cluster() {
     // Pins down the cluster form: keys spread over the masters, node B answers from what A
@@ -55,7 +46,7 @@ async fn two_nodes_share_answers_and_every_invalidation_on_a_cluster() {
     for t in &tokens {
         a.resolve(&url, t).await.unwrap();
     }
-    eventually("A's answers reach the cluster", 5, || {
+    eventually("A's answers reach the cluster", || {
         cluster.keys("token-resolver:tok:*").len() == tokens.len()
     })
     .await;
@@ -74,27 +65,27 @@ async fn two_nodes_share_answers_and_every_invalidation_on_a_cluster() {
         "B answered everything from Redis"
     );
     assert_eq!(b.stats().shared_hits, tokens.len() as u64);
-    eventually("B listens", 5, || b.shared_cache_subscribed()).await;
+    eventually("B listens", || b.shared_cache_subscribed()).await;
 
     a.invalidate(&url, &tokens[0]);
-    eventually("B evicts one token", 5, || b.stats().entries == 11).await;
+    eventually("B evicts one token", || b.stats().entries == 11).await;
     // Every token is 8 bytes: "Bearer " + 8 = user 15 has them all.
     a.invalidate_user(&url, 15);
-    eventually("B evicts the user's tokens", 5, || b.stats().entries == 0).await;
-    eventually("the user's keys leave every master", 5, || {
+    eventually("B evicts the user's tokens", || b.stats().entries == 0).await;
+    eventually("the user's keys leave every master", || {
         cluster.keys("token-resolver:*").is_empty()
     })
     .await;
 
     b.resolve(&url, "other-token").await.unwrap();
     a.resolve(&url, "other-token").await.unwrap();
-    eventually("the new answer is stored", 5, || cluster.key_count() >= 2).await;
+    eventually("the new answer is stored", || cluster.key_count() >= 2).await;
     a.invalidate_all();
-    eventually("invalidate_all empties every master", 5, || {
+    eventually("invalidate_all empties every master", || {
         cluster.key_count() == 0
     })
     .await;
-    eventually("and B", 5, || b.stats().entries == 0).await;
+    eventually("and B", || b.stats().entries == 0).await;
     assert_eq!((a.stats().shared_errors, b.stats().shared_errors), (0, 0));
 }
 
@@ -111,7 +102,7 @@ async fn a_master_killed_mid_run_fails_no_resolution_and_sharing_resumes() {
     let (a, b) = (node(&url, &cluster.urls()), node(&url, &cluster.urls()));
     a.resolve(&url, "warm-up").await.unwrap();
     b.resolve(&url, "warm-up").await.unwrap();
-    eventually("B listens", 5, || b.shared_cache_subscribed()).await;
+    eventually("B listens", || b.shared_cache_subscribed()).await;
 
     let progress = Arc::new(AtomicUsize::new(0));
     let load = {
@@ -130,7 +121,7 @@ async fn a_master_killed_mid_run_fails_no_resolution_and_sharing_resumes() {
         })
     };
     // The master goes down in the middle of the load, not before it began.
-    eventually("the load is under way", 5, || {
+    eventually("the load is under way", || {
         progress.load(Ordering::SeqCst) >= 25
     })
     .await;
@@ -144,7 +135,7 @@ async fn a_master_killed_mid_run_fails_no_resolution_and_sharing_resumes() {
     assert_eq!(load.await.unwrap(), 300, "every resolution succeeded");
 
     // After the failover: A's fresh answers reach B through Redis, and A's invalidation too.
-    eventually("B listens", 10, || b.shared_cache_subscribed()).await;
+    eventually("B listens", || b.shared_cache_subscribed()).await;
     let tokens: Vec<String> = (0..6).map(|i| format!("after-{i}")).collect();
     let deadline = Instant::now() + Duration::from_secs(15);
     let base = cluster.keys("token-resolver:tok:*").len();
@@ -174,7 +165,7 @@ async fn a_master_killed_mid_run_fails_no_resolution_and_sharing_resumes() {
     assert_eq!(api.requests(), calls, "B answered from the cluster");
     let before = b.stats().entries;
     a.invalidate(&url, &tokens[0]);
-    eventually("A's invalidation reaches B", 10, || {
+    eventually("A's invalidation reaches B", || {
         b.stats().entries == before - 1
     })
     .await;
@@ -207,7 +198,7 @@ async fn half_the_node_list_down_at_start_costs_nothing() {
     for i in 0..6 {
         a.resolve(&url, &format!("t{i}")).await.unwrap();
     }
-    eventually("A's answers reach the cluster", 5, || {
+    eventually("A's answers reach the cluster", || {
         cluster.keys("token-resolver:tok:*").len() == 6
     })
     .await;
@@ -215,9 +206,9 @@ async fn half_the_node_list_down_at_start_costs_nothing() {
         b.resolve(&url, &format!("t{i}")).await.unwrap();
     }
     assert_eq!(api.requests(), 6, "B answered from Redis");
-    eventually("B listens", 10, || b.shared_cache_subscribed()).await;
+    eventually("B listens", || b.shared_cache_subscribed()).await;
     a.invalidate(&url, "t0");
-    eventually("B evicts the token", 5, || b.stats().entries == 5).await;
+    eventually("B evicts the token", || b.stats().entries == 5).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -233,7 +224,7 @@ async fn a_slot_resharded_mid_run_is_followed_through_ask_and_moved() {
     let urls = cluster.urls();
     let (a, b, c) = (node(&url, &urls), node(&url, &urls), node(&url, &urls));
     a.resolve(&url, "migrating").await.unwrap();
-    eventually("A's answer reaches the cluster", 5, || {
+    eventually("A's answer reaches the cluster", || {
         cluster.keys("token-resolver:tok:*").len() == 1
     })
     .await;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{resolver_for, Scripted};
+use support::{eventually, resolver_for, Scripted};
 use token_resolver::{RedisTier, RedisTierError, Resolver};
 use token_resolver_support::redis::{SentinelGroup, MASTER};
 
@@ -25,21 +25,12 @@ fn node(api_url: &str, group: &SentinelGroup) -> Resolver {
         .unwrap()
 }
 
-/// Waits up to `secs` for `condition`.
-async fn eventually(what: &str, secs: u64, condition: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_fails_no_resolution_and_invalidations_follow_the_new_master() {
     // Pins down Sentinel: answers are shared through the master; killing it mid-run fails no
     // resolution; afterwards both nodes use the promoted replica, answers are shared again and
     // an invalidation issued after the failover reaches the other node.
-    let Some(mut group) = SentinelGroup::start() else {
+    let Some(group) = SentinelGroup::start() else {
         return;
     };
     let api = Scripted::start(|_, seen| async move {
@@ -51,17 +42,41 @@ async fn a_failover_fails_no_resolution_and_invalidations_follow_the_new_master(
     let url = api.url();
     let (a, b) = (node(&url, &group), node(&url, &group));
     a.resolve(&url, "before").await.unwrap();
-    eventually("A's answer reaches the master", 5, || {
+    eventually("A's answer reaches the master", || {
         group.master.key_count() >= 2
     })
     .await;
     b.resolve(&url, "before").await.unwrap();
     assert_eq!(api.requests(), 1, "B answered from Redis");
-    eventually("B listens", 5, || b.shared_cache_subscribed()).await;
+    eventually("B listens", || b.shared_cache_subscribed()).await;
 
+    let group = fail_over_under_load(group, &a, &url).await;
+    // B's subscriber follows the new master and, having maybe missed messages, starts empty.
+    eventually("B re-subscribes on the new master", || {
+        b.shared_cache_subscribed() && b.stats().entries == 0
+    })
+    .await;
+    let calls = api.requests();
+    a_writes_to_the_new_master(&group, &a, &url).await;
+    let before_b = api.requests();
+    b.resolve(&url, "after").await.unwrap();
+    assert_eq!(api.requests(), before_b, "B answered from the new master");
+    assert!(api.requests() > calls);
+    assert_eq!(b.stats().entries, 1);
+
+    a.invalidate(&url, "after");
+    eventually("A's invalidation reaches B through the new master", || {
+        b.stats().entries == 0
+    })
+    .await;
+}
+
+/// Kills the master in the middle of a load of 300 resolutions on `a`, waits for a replica to
+/// be promoted, and checks that every resolution succeeded; the group after the failover.
+async fn fail_over_under_load(mut group: SentinelGroup, a: &Resolver, url: &str) -> SentinelGroup {
     let progress = Arc::new(AtomicUsize::new(0));
     let load = {
-        let (a, url, progress) = (a.clone(), url.clone(), progress.clone());
+        let (a, url, progress) = (a.clone(), url.to_owned(), progress.clone());
         tokio::spawn(async move {
             let mut done = 0;
             for round in 0..60 {
@@ -76,7 +91,7 @@ async fn a_failover_fails_no_resolution_and_invalidations_follow_the_new_master(
         })
     };
     // The master goes down in the middle of the load, not before it began.
-    eventually("the load is under way", 5, || {
+    eventually("the load is under way", || {
         progress.load(Ordering::SeqCst) >= 25
     })
     .await;
@@ -88,37 +103,23 @@ async fn a_failover_fails_no_resolution_and_invalidations_follow_the_new_master(
     .unwrap();
     assert_eq!(load.await.unwrap(), 300, "every resolution succeeded");
 
-    // B's subscriber follows the new master and, having maybe missed messages, starts empty.
-    eventually("B re-subscribes on the new master", 15, || {
-        b.shared_cache_subscribed() && b.stats().entries == 0
-    })
-    .await;
-    let calls = api.requests();
-    // A's tier may be resting after the failover's errors: retry until it writes again.
+    group
+}
+
+/// Resolves on `a` until its answer reaches the promoted replica: A's tier may be resting after
+/// the failover's errors.
+async fn a_writes_to_the_new_master(group: &SentinelGroup, a: &Resolver, url: &str) {
     let (deadline, keys) = (
         Instant::now() + Duration::from_secs(10),
         group.replica.key_count(),
     );
     while group.replica.key_count() <= keys {
         assert!(Instant::now() < deadline, "A never wrote to the new master");
-        a.invalidate(&url, "after");
+        a.invalidate(url, "after");
         tokio::time::sleep(Duration::from_millis(300)).await;
-        a.resolve(&url, "after").await.unwrap();
+        a.resolve(url, "after").await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let before_b = api.requests();
-    b.resolve(&url, "after").await.unwrap();
-    assert_eq!(api.requests(), before_b, "B answered from the new master");
-    assert!(api.requests() > calls);
-    assert_eq!(b.stats().entries, 1);
-
-    a.invalidate(&url, "after");
-    eventually(
-        "A's invalidation reaches B through the new master",
-        5,
-        || b.stats().entries == 0,
-    )
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -140,7 +140,8 @@ mod tests {
         Endpoint::parse(EP, false).unwrap()
     }
 
-    #[tokio::test]
+    // On tokio's paused clock: the waits below are the tasks' own order, not time.
+    #[tokio::test(start_paused = true)]
     async fn concurrent_callers_share_one_call_and_the_flight_is_removed() {
         let flights = Arc::new(Flights::<u32>::new());
         let calls = Arc::new(AtomicUsize::new(0));
@@ -177,7 +178,7 @@ mod tests {
         assert_eq!(flights.len(), 0);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_cancelled_leader_hands_the_call_to_a_waiter() {
         let flights = Arc::new(Flights::<u32>::new());
         let f = flights.clone();
@@ -204,7 +205,7 @@ mod tests {
         assert_eq!(flights.len(), 0);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_flight_abandoned_by_all_callers_leaves_the_map() {
         let flights = Flights::<u32>::new();
         let key = KeyRef {

@@ -150,10 +150,13 @@ impl Resolver {
         access_token: &str,
     ) -> Result<Arc<User>, ResolveError> {
         let target = Target::Url(auth_url);
-        match self.hit(target, access_token) {
-            Ok(user) => Ok(user),
-            Err(seen) => self.resolve_slow(target, access_token, seen).await,
-        }
+        // The hit's result is taken apart before the await, so that the future this returns
+        // does not keep room for it.
+        let seen = match self.hit(target, access_token) {
+            Ok(user) => return Ok(user),
+            Err(seen) => seen,
+        };
+        self.resolve_slow(target, access_token, seen).await
     }
 
     /// Resolves the token a client sent on connect, against the default authUrl.
@@ -197,13 +200,13 @@ impl Resolver {
             return Ok(Identity::Anonymous);
         }
         let token = token.unwrap_or_default();
-        match self.hit(target, token) {
-            Ok(user) => Ok(Identity::Authenticated(user)),
-            Err(seen) => self
-                .resolve_slow(target, token, seen)
-                .await
-                .map(Identity::Authenticated),
-        }
+        let seen = match self.hit(target, token) {
+            Ok(user) => return Ok(Identity::Authenticated(user)),
+            Err(seen) => seen,
+        };
+        self.resolve_slow(target, token, seen)
+            .await
+            .map(Identity::Authenticated)
     }
 
     /// The identity behind an HTTP request's bearer token, for the axum integration: at
@@ -221,12 +224,8 @@ impl Resolver {
             return Ok(Identity::Anonymous);
         }
         let target = auth_url.map_or(Target::Default, Target::Url);
-        match token.map(|token| (token, self.hit(target, token))) {
-            Ok((_, Ok(user))) => Ok(Identity::Authenticated(user)),
-            Ok((token, Err(seen))) => self
-                .resolve_slow(target, token, seen)
-                .await
-                .map(Identity::Authenticated),
+        match token {
+            Ok(token) => self.resolve_identity(target, Some(token)).await,
             Err(error) => {
                 self.inner.resolutions.count(error.code().as_str());
                 Err(error)

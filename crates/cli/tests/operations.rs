@@ -274,6 +274,84 @@ async fn scrape(admin: SocketAddr) -> String {
         .unwrap()
 }
 
+/// What `/metrics` counts after [`play_one_scripted_session`], from a fresh process.
+const AFTER_ONE_SCRIPTED_SESSION: &[Sample] = &[
+    ("game_server_messages_total", &[("type", "connect")], 2.0),
+    (
+        "game_server_messages_total",
+        &[("type", "search_room")],
+        1.0,
+    ),
+    ("game_server_messages_total", &[("type", "join")], 3.0),
+    ("game_server_messages_total", &[("type", "invalid")], 1.0),
+    ("game_server_errors_total", &[("code", "bad_request")], 1.0),
+    (
+        "game_server_errors_total",
+        &[("code", "auth_url_not_allowed")],
+        1.0,
+    ),
+    (
+        "game_server_errors_total",
+        &[("code", "token_rejected")],
+        1.0,
+    ),
+    ("game_server_sessions_total", &[("transport", "tcp")], 1.0),
+    ("game_server_sessions_open", &[("transport", "tcp")], 1.0),
+    (
+        "token_resolver_resolutions_total",
+        &[("outcome", "miss")],
+        1.0,
+    ),
+    (
+        "token_resolver_resolutions_total",
+        &[("outcome", "hit")],
+        2.0,
+    ),
+    (
+        "token_resolver_resolutions_total",
+        &[("outcome", "token_rejected")],
+        1.0,
+    ),
+    (
+        "token_resolver_upstream_requests_total",
+        &[("status", "200")],
+        1.0,
+    ),
+    (
+        "token_resolver_upstream_requests_total",
+        &[("status", "401")],
+        1.0,
+    ),
+    ("token_resolver_upstream_duration_seconds_count", &[], 2.0),
+    (
+        "token_resolver_upstream_duration_seconds_bucket",
+        &[("le", "10")],
+        2.0,
+    ),
+];
+
+/// One session: a connect (a miss: one call), a room search, a join of every room (hits), a
+/// line that is not JSON, a join with a forged authUrl (refused, no call) and a connect with a
+/// made-up token (rejected: one call). The client, still connected.
+async fn play_one_scripted_session(server: &GameServerProcess, token: &str) -> GameClient {
+    let mut client = GameClient::open(server.addr).await.unwrap();
+    client.connect(Some(token)).await.unwrap(); // a miss: 1 call
+    let rooms = client.search_rooms().await.unwrap();
+    for room in &rooms {
+        client
+            .join(&RoomJoinArgs::new(room, Default::default()), Some(token))
+            .await
+            .unwrap(); // 2 hits
+    }
+    let bad = client.request_line(b"not json\n").await.unwrap();
+    assert_eq!(bad["error"], "bad_request");
+    let mut forged = RoomJoinArgs::new(&rooms[1], Default::default());
+    forged.auth_url = "https://elsewhere.example".into();
+    client.join(&forged, Some(token)).await.unwrap_err(); // auth_url_not_allowed, no call
+    client.connect(Some("made-up")).await.unwrap_err(); // token_rejected: 1 call
+    client
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_move_by_exactly_what_a_scripted_session_did() {
     // Pins down /metrics on the real process: after one scripted session, every counter of
@@ -289,78 +367,10 @@ async fn metrics_move_by_exactly_what_a_scripted_session_did() {
     )
     .await;
     let admin = server.admin.expect("the banner names the admin listener");
-    let mut client = GameClient::open(server.addr).await.unwrap();
-    client.connect(Some(&token)).await.unwrap(); // a miss: 1 call
-    let rooms = client.search_rooms().await.unwrap();
-    for room in &rooms {
-        client
-            .join(&RoomJoinArgs::new(room, Default::default()), Some(&token))
-            .await
-            .unwrap(); // 2 hits
-    }
-    let bad = client.request_line(b"not json\n").await.unwrap();
-    assert_eq!(bad["error"], "bad_request");
-    let mut forged = RoomJoinArgs::new(&rooms[1], Default::default());
-    forged.auth_url = "https://elsewhere.example".into();
-    client.join(&forged, Some(&token)).await.unwrap_err(); // auth_url_not_allowed, no call
-    client.connect(Some("made-up")).await.unwrap_err(); // token_rejected: 1 call
+    let _connected = play_one_scripted_session(&server, &token).await;
 
     let text = scrape(admin).await;
-    let expected: &[Sample] = &[
-        ("game_server_messages_total", &[("type", "connect")], 2.0),
-        (
-            "game_server_messages_total",
-            &[("type", "search_room")],
-            1.0,
-        ),
-        ("game_server_messages_total", &[("type", "join")], 3.0),
-        ("game_server_messages_total", &[("type", "invalid")], 1.0),
-        ("game_server_errors_total", &[("code", "bad_request")], 1.0),
-        (
-            "game_server_errors_total",
-            &[("code", "auth_url_not_allowed")],
-            1.0,
-        ),
-        (
-            "game_server_errors_total",
-            &[("code", "token_rejected")],
-            1.0,
-        ),
-        ("game_server_sessions_total", &[("transport", "tcp")], 1.0),
-        ("game_server_sessions_open", &[("transport", "tcp")], 1.0),
-        (
-            "token_resolver_resolutions_total",
-            &[("outcome", "miss")],
-            1.0,
-        ),
-        (
-            "token_resolver_resolutions_total",
-            &[("outcome", "hit")],
-            2.0,
-        ),
-        (
-            "token_resolver_resolutions_total",
-            &[("outcome", "token_rejected")],
-            1.0,
-        ),
-        (
-            "token_resolver_upstream_requests_total",
-            &[("status", "200")],
-            1.0,
-        ),
-        (
-            "token_resolver_upstream_requests_total",
-            &[("status", "401")],
-            1.0,
-        ),
-        ("token_resolver_upstream_duration_seconds_count", &[], 2.0),
-        (
-            "token_resolver_upstream_duration_seconds_bucket",
-            &[("le", "10")],
-            2.0,
-        ),
-    ];
-    for (name, labels, value) in expected {
+    for (name, labels, value) in AFTER_ONE_SCRIPTED_SESSION {
         assert_eq!(
             sample(&text, name, labels),
             Some(*value),

@@ -10,7 +10,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_token-resolver");
 
 use std::time::{Duration, Instant};
 
-use support::{login_and_take_token, reference_api, resolver_for, Scripted};
+use support::{eventually, login_and_take_token, reference_api, resolver_for, Scripted};
 use token_resolver::{RedisTier, RedisTierError, Resolver};
 use token_resolver_support::redis::RedisServer;
 use token_resolver_support::redis::RedisTls;
@@ -44,15 +44,6 @@ fn add_user(server: &RedisServer, password: &str) {
     server
         .command(&["ACL", "SETUSER", "game", "on", &pass, "~*", "&*", "+@all"])
         .unwrap();
-}
-
-/// Waits up to 5 s for `condition`.
-async fn eventually(what: &str, condition: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,6 +16,7 @@ const GUESS: &str = "guessed-password-7d1e";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_appear_in_no_log() {
+    // Pins down that the revocation paths log what they did and never a secret they handled.
     let (logs, _metrics) = support::capture_everything();
     let recorder =
         RevokeRecorder::scripted(|n| (if n == 0 { 503 } else { 200 }, Duration::ZERO)).await;
@@ -29,8 +30,40 @@ async fn secrets_appear_in_no_log() {
     };
     let printed_config = format!("{config:?}");
     let running = reference_api_with(config).await;
-    let api = ApiCalls::new(&running.base_url());
+    let secrets = walk_the_revocation_paths(&ApiCalls::new(&running.base_url())).await;
 
+    // The two tokens (the first tried twice) and the ban reach the recorder; the target that
+    // is down is given up on after every try and its backoff (about 7.5 s), and that warning,
+    // which names the target, is searched too.
+    eventually("4 revoke calls", || recorder.calls().len() >= 4).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !logs.text().contains("game server unreachable") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the unreachable game server was never given up on"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let logs = logs.text();
+    assert!(
+        logs.contains("revocation"),
+        "the capture works: {logs:.500}"
+    );
+    assert!(logs.contains("user banned"), "{logs:.500}");
+    for secret in &secrets {
+        assert!(!logs.contains(secret), "{secret:.6}… found in the logs");
+        assert!(!printed_config.contains(secret), "in the config's Debug");
+        assert!(
+            !format!("{:?}", running.api()).contains(secret),
+            "in the API's Debug"
+        );
+    }
+}
+
+/// A logout (two tokens), a ban refused for a wrong secret then made, a password guessed until
+/// throttled, and a short-lived token: every secret these handled.
+async fn walk_the_revocation_paths(api: &ApiCalls) -> Vec<String> {
     let login = api.login("alice", "wonderland").await;
     let cookie = cookie_of(&login);
     let tokens = [api.token(&cookie).await, api.token(&cookie).await];
@@ -59,44 +92,12 @@ async fn secrets_appear_in_no_log() {
         .token_raw(&again, Some(&json!({ "expires_in": 5 })))
         .await;
     assert_eq!(short.status(), 200);
-
-    // The two tokens (the first tried twice) and the ban reach the recorder; the target that
-    // is down is given up on after every try and its backoff (about 7.5 s), and that warning,
-    // which names the target, is searched too.
-    eventually("4 revoke calls", || recorder.calls().len() >= 4).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !logs.text().contains("game server unreachable") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the unreachable game server was never given up on"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-
-    let logs = logs.text();
-    assert!(
-        logs.contains("revocation"),
-        "the capture works: {logs:.500}"
-    );
-    assert!(logs.contains("user banned"), "{logs:.500}");
     let session = cookie.trim_start_matches("session=");
     let bob_session = bob_cookie.trim_start_matches("session=");
-    let mut secrets = vec![
-        SECRET,
-        GUESS,
-        "wonderland",
-        "builder",
-        session,
-        bob_session,
-        &bob_token,
-    ];
-    secrets.extend(tokens.iter().map(String::as_str));
-    for secret in secrets {
-        assert!(!logs.contains(secret), "{secret:.6}… found in the logs");
-        assert!(!printed_config.contains(secret), "in the config's Debug");
-        assert!(
-            !format!("{:?}", running.api()).contains(secret),
-            "in the API's Debug"
-        );
-    }
+    let mut secrets: Vec<String> = [SECRET, GUESS, "wonderland", "builder", session, bob_session]
+        .map(str::to_owned)
+        .into();
+    secrets.push(bob_token);
+    secrets.extend(tokens);
+    secrets
 }

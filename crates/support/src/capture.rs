@@ -39,3 +39,31 @@ pub fn capture_everything() -> (Captured, metrics_util::debugging::Snapshotter) 
     recorder.install().unwrap();
     (logs, snapshotter)
 }
+
+/// What a leak test searches in an error: its message, its `Debug`, and both for every error
+/// down its source chain.
+pub fn error_texts(error: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    std::iter::successors(Some(error), |e| e.source())
+        .flat_map(|e| [e.to_string(), format!("{e:?}")])
+        .collect()
+}
+
+/// Every metric the recorder saw, as its name and its labels: what a leak test searches, and
+/// what a test that counts outcomes reads.
+pub fn recorded_metrics(
+    snapshotter: &metrics_util::debugging::Snapshotter,
+) -> Vec<(String, Vec<(String, String)>)> {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, ..)| {
+            let key = key.key();
+            let labels = key
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            (key.name().to_owned(), labels)
+        })
+        .collect()
+}

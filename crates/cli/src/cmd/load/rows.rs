@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use token_resolver::Resolver;
 
-use super::progress::{proc_status_kib, reset_peak_rss, Progress};
 use super::plan::{Plan, CHUNK, NEW};
+use super::progress::{proc_status_kib, reset_peak_rss, Progress};
 use token_resolver_support::baselines::{hyper_post, naive_resolve, HandWritten, HyperClient};
 
 /// Who resolves in a row. One value per row of the table, so the size of the largest
