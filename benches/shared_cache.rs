@@ -52,7 +52,7 @@ fn forms(base: &str, redis: RedisServer) -> Vec<Form> {
         name: "redis_hit",
         writer: node(base, Some(plain.clone()), true),
         via: node(base, Some(plain), false),
-        keys: Box::new(move || redis.key_count()),
+        keys: Box::new(move || redis.entry_count()),
     }];
     let tls = RedisTls::start(&[]).expect("redis-server is installed");
     let tls_tier = RedisTier::new(tls.url(""), SECRET)
@@ -62,7 +62,7 @@ fn forms(base: &str, redis: RedisServer) -> Vec<Form> {
         name: "redis_hit_tls",
         writer: node(base, Some(tls_tier.clone()), true),
         via: node(base, Some(tls_tier), false),
-        keys: Box::new(move || tls.server.key_count()),
+        keys: Box::new(move || tls.server.entry_count()),
     });
     if let Some(cluster) = RedisCluster::start(0) {
         let tier = RedisTier::cluster(cluster.urls(), SECRET).op_timeout(op);
@@ -70,7 +70,7 @@ fn forms(base: &str, redis: RedisServer) -> Vec<Form> {
             name: "redis_hit_cluster",
             writer: node(base, Some(tier.clone()), true),
             via: node(base, Some(tier), false),
-            keys: Box::new(move || cluster.key_count()),
+            keys: Box::new(move || cluster.entry_count()),
         });
     }
     forms

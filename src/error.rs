@@ -154,6 +154,15 @@ pub enum ResolveError {
         detail: Box<str>,
     },
 
+    /// The token, its user or its session was revoked (here or on another node) while the
+    /// token was being resolved, and again when the resolution started over. Ask the player to
+    /// log in again. Its code is `token_rejected`.
+    #[error("the token was revoked while the auth API at {host} was being asked; the player must log in again")]
+    TokenRevoked {
+        /// Host of the auth API.
+        host: ApiHost,
+    },
+
     /// Every upstream slot stayed busy for `queue_timeout`. Retry shortly.
     #[error("too many auth calls in flight: no slot within {waited:?}")]
     Overloaded {
@@ -176,7 +185,9 @@ impl ResolveError {
         match self {
             ResolveError::TokenMissing => ErrorCode::TokenMissing,
             ResolveError::TokenMalformed { .. } => ErrorCode::TokenMalformed,
-            ResolveError::TokenRejected { .. } => ErrorCode::TokenRejected,
+            ResolveError::TokenRejected { .. } | ResolveError::TokenRevoked { .. } => {
+                ErrorCode::TokenRejected
+            }
             ResolveError::AuthUrlNotAllowed { .. } => ErrorCode::AuthUrlNotAllowed,
             ResolveError::AuthUnavailable { .. } => ErrorCode::AuthUnavailable,
             ResolveError::AuthTimeout { .. } => ErrorCode::AuthTimeout,

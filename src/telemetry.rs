@@ -43,6 +43,15 @@ pub const STALE_SERVED_TOTAL: &str = "token_resolver_stale_served_total";
 /// resolution went on without Redis.
 pub const SHARED_CACHE_ERRORS_TOTAL: &str = "token_resolver_shared_cache_errors_total";
 
+/// Counter: times the shared cache's revocation stream was lost (its connection failed or fell
+/// silent) and read again.
+pub const SHARED_CACHE_CHANNEL_LOSSES_TOTAL: &str =
+    "token_resolver_shared_cache_channel_losses_total";
+
+/// Counter: times revocations may have been missed (the stream no longer held what came after
+/// the last one applied), so the local cache was emptied and sessions told to re-check.
+pub const SHARED_CACHE_RESYNCS_TOTAL: &str = "token_resolver_shared_cache_resyncs_total";
+
 /// Gauge: resolutions waiting now for another resolution's upstream call of the same token
 /// (coalesced waiters).
 pub const COALESCED_WAITERS: &str = "token_resolver_coalesced_waiters";
@@ -56,7 +65,7 @@ pub const SHARED_CACHE_HITS_TOTAL: &str = "token_resolver_shared_cache_hits_tota
 /// Counter: local misses the shared cache (Redis) had no answer for.
 pub const SHARED_CACHE_MISSES_TOTAL: &str = "token_resolver_shared_cache_misses_total";
 
-/// Counter, labels `scope` (`token`, `user`, `all`) and `source` (`local`: made on this node;
+/// Counter, labels `scope` (`token`, `user`, `session`, `all`) and `source` (`local`: made on this node;
 /// `remote`: another node's, through the shared cache's channel, or the emptying of the cache
 /// when that channel is subscribed again): invalidations applied to this node's cache.
 pub const INVALIDATIONS_TOTAL: &str = "token_resolver_invalidations_total";
@@ -68,6 +77,8 @@ pub(crate) enum Scope {
     Token,
     /// Every answer of one user.
     User,
+    /// Every answer of one of the integrator's sessions.
+    Session,
     /// Everything.
     All,
 }
@@ -76,6 +87,7 @@ pub(crate) enum Scope {
 pub(crate) fn count_invalidation(scope: Scope, source: &'static str) {
     let scope = match scope {
         Scope::Token => "token",
+        Scope::Session => "session",
         Scope::User => "user",
         Scope::All => "all",
     };

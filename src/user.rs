@@ -33,6 +33,16 @@ pub struct User {
     pub expires_at: Option<Expiry>,
 }
 
+impl User {
+    /// The integrator's session this answer belongs to, when the answer says: its `sid` field
+    /// (as OpenID Connect names a session), a string. A logout can then be revoked as one
+    /// session ([`Resolver::invalidate_session`](crate::Resolver::invalidate_session)) rather
+    /// than token by token.
+    pub fn session(&self) -> Option<&str> {
+        self.extra.get("sid").and_then(serde_json::Value::as_str)
+    }
+}
+
 /// A moment a token stops being valid, in whole Unix seconds (until 2106, where it saturates):
 /// four bytes, so that it costs a cached [`User`] no space.
 ///

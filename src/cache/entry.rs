@@ -1,6 +1,5 @@
 //! What an entry is, whichever tier holds it: an answer ([`Verdict`]) with its deadline
-//! ([`Cached`], [`Deadline`]), what a look-up finds ([`Lookup`]), and the count of
-//! invalidations a call began under ([`Generation`]).
+//! ([`Cached`], [`Deadline`]), and what a look-up finds ([`Lookup`]).
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -26,10 +25,6 @@ pub(crate) enum Verdict {
     /// The API answered 401 or 403.
     Rejected(u16),
 }
-
-/// How many invalidations had happened when a call began; see [`Tiers::generation`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Generation(pub(crate) u64);
 
 /// A cached answer, as the tiers hand it around: the user or the rejection, with its deadline.
 #[derive(Clone, Debug)]

@@ -80,30 +80,45 @@ impl PartialEq for dyn KeyView + '_ {
 
 impl Eq for dyn KeyView + '_ {}
 
-/// An owned key, stored in the cache and the in-flight map.
+/// An owned key, stored in the cache and the in-flight map: one pointer to the endpoint and
+/// the token, so that the index revocations search (`index`) holds the very key the cache
+/// holds, at the cost of a word.
 #[derive(Clone)]
-pub(crate) struct CacheKey {
+pub(crate) struct CacheKey(Arc<KeyParts>);
+
+/// What a [`CacheKey`] points to.
+struct KeyParts {
     /// Shared with every key of the same endpoint.
-    pub(crate) endpoint: Arc<Endpoint>,
+    endpoint: Arc<Endpoint>,
     /// The whole token, not a hash of it: a hash could let two tokens collide.
     token: SmallVec<[u8; INLINE_TOKEN_BYTES]>,
 }
 
 impl CacheKey {
     pub(crate) fn new(endpoint: Arc<Endpoint>, token: &str) -> Self {
-        CacheKey {
+        CacheKey(Arc::new(KeyParts {
             endpoint,
             token: SmallVec::from_slice(token.as_bytes()),
-        }
+        }))
+    }
+
+    /// Whether `self` and `other` are the same key value, not merely equal ones.
+    pub(crate) fn same(&self, other: &CacheKey) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// What tells this key value from every other one alive: its address.
+    pub(crate) fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
     }
 }
 
 impl KeyView for CacheKey {
     fn endpoint(&self) -> &Endpoint {
-        &self.endpoint
+        &self.0.endpoint
     }
     fn token(&self) -> &[u8] {
-        &self.token
+        &self.0.token
     }
 }
 
@@ -130,7 +145,7 @@ impl Eq for CacheKey {}
 impl fmt::Debug for CacheKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CacheKey")
-            .field("endpoint", &self.endpoint.as_str())
+            .field("endpoint", &self.0.endpoint.as_str())
             .field("token", &"[redacted]")
             .finish()
     }
@@ -156,7 +171,7 @@ impl moka::Equivalent<CacheKey> for KeyRef<'_> {
     fn equivalent(&self, key: &CacheKey) -> bool {
         same_key(
             (self.endpoint, self.token.as_bytes()),
-            (&key.endpoint, &key.token),
+            (&key.0.endpoint, &key.0.token),
         )
     }
 }
@@ -209,14 +224,15 @@ mod tests {
     #[test]
     fn short_tokens_live_inside_the_key_and_long_ones_still_match() {
         let short = "a".repeat(43);
-        assert!(!key("https://a.example", &short).token.spilled());
+        assert!(!key("https://a.example", &short).0.token.spilled());
         let long = "b".repeat(INLINE_TOKEN_BYTES + 1);
-        assert!(key("https://a.example", &long).token.spilled());
+        assert!(key("https://a.example", &long).0.token.spilled());
         let cache = Cache::new(
             10,
             Duration::from_secs(60),
             Duration::from_secs(5),
             Duration::ZERO,
+            |_, _| {},
         );
         for (id, t) in [(1, &short), (2, &long)] {
             cache.insert(key("https://a.example", t), &user(id));

@@ -1,38 +1,105 @@
-//! The local tier, [`Local`]: this process's store of answers, the count of invalidations that
-//! keeps a call in flight from undoing one, and where every revocation applied here is told. The
-//! shared tier's subscriber holds it too, to apply what other nodes revoke.
+//! The local tier, [`Local`]: this process's store of answers, the index that finds what a
+//! revocation names in it, the log a look-up in flight is checked against, and where every
+//! revocation applied here is told. The shared tier's subscriber holds it too, to apply what
+//! other nodes revoke.
+//!
+//! Every revocation costs what it names: a token is dropped by its key, or found by its
+//! fingerprint in the index when it comes from another node without the token; a user's or a
+//! session's tokens are found by the user in the index. Nothing walks the store.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
-use super::entry::{Cached, Generation, Lookup, Verdict};
+use super::entry::{Cached, Lookup, Verdict};
+use super::index::Index;
 use super::key::{CacheKey, KeyRef, KeyView};
 use super::revocation::{Revocation, Revocations};
+use super::revoked::{Mark, Named, RevocationLog};
 use super::store::Store;
 use crate::auth_url::Endpoint;
-use crate::telemetry::{self, Scope};
+use crate::telemetry;
+use crate::user::User;
+
+/// A token's fingerprint as the index and the revocation log know it: the first eight bytes of
+/// the shared tier's HMAC (the same on every node), or of this process's own keyed hash.
+pub(crate) type Fingerprint = Arc<dyn Fn(&Endpoint, &[u8]) -> u64 + Send + Sync>;
+
+/// How often, in stored users, the index is checked for leftovers.
+const PRUNE_EVERY: u64 = 4096;
 
 /// The local tier and what must reach it from elsewhere: shared with the shared tier's
 /// subscriber, which applies other nodes' invalidations to it.
 pub(crate) struct Local {
     /// Answers (users and rejections), each with its own time to live.
     store: Store,
-    /// Bumped by every invalidation: a call that started before one does not cache its answer,
-    /// so an invalidation cannot be undone by a call already in flight.
-    generation: AtomicU64,
+    /// Every cached user's key, by user and, with a shared tier, by token fingerprint.
+    index: Arc<Index>,
+    /// The revocations applied lately: a look-up begun before one that names its answer
+    /// neither caches nor hands it out.
+    log: RevocationLog,
+    /// A token's fingerprint.
+    fingerprint: Fingerprint,
     /// Where every invalidation applied here is told, local or remote.
     revocations: Revocations,
+    /// Users stored so far, to pace [`Index::prune`].
+    stored: AtomicU64,
+}
+
+/// What a revocation names, as [`Local::revoke`] applies it.
+#[derive(Clone, Copy)]
+pub(crate) enum Target<'a> {
+    /// One token, carried: its key is known.
+    Token {
+        endpoint: &'a Endpoint,
+        token: &'a str,
+    },
+    /// One token, by fingerprint only (from another node): found in the index; `is` checks
+    /// a candidate key's whole fingerprint.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    Fingerprint {
+        endpoint: &'a Endpoint,
+        fingerprint: u64,
+        is: &'a (dyn Fn(&CacheKey) -> bool + Sync),
+    },
+    /// Every token of one user.
+    User { endpoint: &'a Endpoint, user: i64 },
+    /// Every token of one of the integrator's sessions of one user.
+    Session {
+        endpoint: &'a Endpoint,
+        user: i64,
+        session: &'a str,
+    },
 }
 
 impl Local {
-    /// An empty tier around `store`.
-    pub(super) fn new(store: Store) -> Local {
+    /// An empty tier: `store` built with [`Local::dropping`]'s listener over `index`, and each
+    /// revocation remembered for `horizon` (longer than any look-up lasts).
+    pub(super) fn new(
+        store: Store,
+        index: Arc<Index>,
+        fingerprint: Fingerprint,
+        horizon: std::time::Duration,
+    ) -> Local {
         Local {
             store,
-            generation: AtomicU64::new(0),
+            index,
+            log: RevocationLog::new(horizon),
+            fingerprint,
             revocations: Revocations::new(),
+            stored: AtomicU64::new(0),
+        }
+    }
+
+    /// What the store's eviction listener does: takes a dropped user's key out of `index`.
+    pub(super) fn dropping(
+        index: &Arc<Index>,
+        fingerprint: &Fingerprint,
+    ) -> impl Fn(&CacheKey, i64) + Clone + Send + Sync + 'static {
+        let (index, fingerprint) = (index.clone(), fingerprint.clone());
+        move |key: &CacheKey, user: i64| {
+            index.remove(key, user, || fingerprint(key.endpoint(), key.token()));
         }
     }
 
@@ -55,14 +122,161 @@ impl Local {
         }
     }
 
-    /// The invalidations so far.
-    pub(super) fn generation(&self) -> Generation {
-        Generation(self.generation.load(Ordering::Acquire))
+    /// Where revocations stand now: take it before a look-up begins.
+    pub(super) fn mark(&self) -> Mark {
+        self.log.mark()
     }
 
-    /// Tells every subscriber; nobody listening is fine.
-    pub(crate) fn publish(&self, revocation: Revocation) {
+    /// Whether something `user`, the answer for `token` at `endpoint`, stands for was revoked
+    /// since `since`.
+    pub(super) fn revoked_since(
+        &self,
+        since: Mark,
+        endpoint: &Endpoint,
+        token: &str,
+        user: &User,
+    ) -> bool {
+        self.log
+            .revoked_since(since, self.names(endpoint, token.as_bytes(), user))
+    }
+
+    /// Everything a revocation may name `user`, the answer for `token` at `endpoint`, by.
+    fn names(&self, endpoint: &Endpoint, token: &[u8], user: &User) -> impl Iterator<Item = Named> {
+        let at = endpoint.key_hash();
+        let token = (self.fingerprint)(endpoint, token);
+        let session = user.session().map(|sid| Named::Session {
+            endpoint: at,
+            session: session_hash(sid),
+        });
+        [
+            Some(Named::Token {
+                endpoint: at,
+                token,
+            }),
+            Some(Named::User {
+                endpoint: at,
+                user: user.id,
+            }),
+            session,
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// Caches `cached` unless it must not live (no freshness) or something it names was revoked
+    /// since `since`; says whether it did.
+    pub(super) fn store(
+        &self,
+        endpoint: &Arc<Endpoint>,
+        token: &str,
+        cached: &Cached,
+        since: Mark,
+    ) -> bool {
+        if cached.fresh_until().has_passed() {
+            return false;
+        }
+        let revoked = || match cached {
+            Cached::User { user, .. } => self.revoked_since(since, endpoint, token, user),
+            Cached::Rejected { .. } => false,
+        };
+        if revoked() {
+            return false;
+        }
+        let key = CacheKey::new(endpoint.clone(), token);
+        self.store.insert(key.clone(), cached);
+        if let Cached::User { user, .. } = cached {
+            let fingerprint = if self.index.by_token() {
+                (self.fingerprint)(endpoint, token.as_bytes())
+            } else {
+                0
+            };
+            self.index.insert(&key, user.id, fingerprint);
+            self.prune_now_and_then();
+        }
+        // A revocation between the check and the index may have looked for the entry before it
+        // was there: look again, and take the entry back if one came.
+        if revoked() {
+            self.store.invalidate(&key as &dyn KeyView);
+            return false;
+        }
+        self.publish_entries();
+        true
+    }
+
+    /// Drops what `target` names, remembers the revocation for look-ups in flight, and tells
+    /// the subscribers `revocation`.
+    pub(crate) fn revoke(&self, target: Target<'_>, revocation: Revocation) {
+        match target {
+            Target::Token { endpoint, token } => {
+                let fingerprint = (self.fingerprint)(endpoint, token.as_bytes());
+                self.log.record(Some(Named::Token {
+                    endpoint: endpoint.key_hash(),
+                    token: fingerprint,
+                }));
+                self.store
+                    .invalidate(&KeyRef { endpoint, token } as &dyn KeyView);
+            }
+            Target::Fingerprint {
+                endpoint,
+                fingerprint,
+                is,
+            } => {
+                self.log.record(Some(Named::Token {
+                    endpoint: endpoint.key_hash(),
+                    token: fingerprint,
+                }));
+                let at = |key: &CacheKey| key.endpoint().as_str() == endpoint.as_str() && is(key);
+                for key in self.index.of_token(fingerprint, at) {
+                    self.store.invalidate(&key as &dyn KeyView);
+                }
+            }
+            Target::User { endpoint, user } => {
+                self.log.record(Some(Named::User {
+                    endpoint: endpoint.key_hash(),
+                    user,
+                }));
+                for key in self.keys_of(endpoint, user) {
+                    self.store.invalidate(&key as &dyn KeyView);
+                }
+            }
+            Target::Session {
+                endpoint,
+                user,
+                session,
+            } => {
+                self.log.record(Some(Named::Session {
+                    endpoint: endpoint.key_hash(),
+                    session: session_hash(session),
+                }));
+                for key in self.keys_of(endpoint, user) {
+                    if self
+                        .store
+                        .user(&key)
+                        .is_some_and(|u| u.session() == Some(session))
+                    {
+                        self.store.invalidate(&key as &dyn KeyView);
+                    }
+                }
+            }
+        }
+        self.publish_entries();
         self.revocations.publish(revocation);
+    }
+
+    /// Drops everything, remembers it for look-ups in flight, and tells the subscribers
+    /// `revocation` ([`Revocation::All`], or a re-check when revocations may have been missed).
+    pub(crate) fn revoke_all(&self, revocation: Revocation) {
+        self.log.record(None);
+        self.store.invalidate_all();
+        self.index.clear();
+        self.publish_entries();
+        self.revocations.publish(revocation);
+    }
+
+    /// The cached keys of `user` at `endpoint`.
+    fn keys_of(&self, endpoint: &Endpoint, user: i64) -> Vec<CacheKey> {
+        let at = |key: &CacheKey| key.endpoint().as_str() == endpoint.as_str();
+        self.index.of_user(endpoint.key_hash(), user, at)
     }
 
     /// A subscriber to every revocation from now on.
@@ -76,75 +290,29 @@ impl Local {
         self.store.entry_count()
     }
 
-    /// Caches `cached` unless it must not live (no freshness) or an invalidation happened since
-    /// `generation`; says whether it did.
-    pub(super) fn store(
-        &self,
-        endpoint: &Arc<Endpoint>,
-        token: &str,
-        cached: &Cached,
-        generation: Generation,
-    ) -> bool {
-        let invalidated_since = || self.generation.load(Ordering::Acquire) != generation.0;
-        if cached.fresh_until().has_passed() || invalidated_since() {
-            return false;
+    /// Once in [`PRUNE_EVERY`] stored users, drops the index's leftovers if it has grown past
+    /// twice the store (see [`Index::prune`]).
+    fn prune_now_and_then(&self) {
+        if self.stored.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY != PRUNE_EVERY - 1 {
+            return;
         }
-        self.store
-            .insert(CacheKey::new(endpoint.clone(), token), cached);
-        // An invalidation between the check and the insert may have walked the cache before
-        // the entry was there: look again, and take the entry back if one came.
-        if invalidated_since() {
-            self.store
-                .invalidate(&KeyRef { endpoint, token } as &dyn KeyView);
-            return false;
+        self.store.run_pending_tasks();
+        let held = usize::try_from(self.store.entry_count()).unwrap_or(usize::MAX);
+        if self.index.len() > held.saturating_mul(2) + PRUNE_EVERY as usize {
+            self.index
+                .prune(|key| self.store.contains_key(key as &dyn KeyView));
         }
-        self.publish_entries();
-        true
-    }
-
-    pub(crate) fn evict_token(&self, endpoint: &Endpoint, token: &str) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        self.store
-            .invalidate(&KeyRef { endpoint, token } as &dyn KeyView);
-        self.publish_entries();
-    }
-
-    pub(crate) fn evict_user(&self, endpoint: &str, user_id: i64) {
-        self.evict_where(|key, id| id == Some(user_id) && key.endpoint.as_str() == endpoint);
-    }
-
-    pub(crate) fn evict_all(&self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        self.store.invalidate_all();
-        self.publish_entries();
-    }
-
-    /// Walks the cache and drops the entries `doomed` picks, given each key and its user's id
-    /// (`None` for a rejection): O(entries), for rare administrative use.
-    pub(crate) fn evict_where(&self, doomed: impl Fn(&CacheKey, Option<i64>) -> bool) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        let keys: Vec<Arc<CacheKey>> = self
-            .store
-            .iter()
-            .filter(|(key, id)| doomed(key, *id))
-            .map(|(key, _)| key)
-            .collect();
-        for key in keys {
-            self.store.invalidate(&*key as &dyn KeyView);
-        }
-        self.publish_entries();
-    }
-
-    /// Empties the local tier because invalidations may have been missed (the shared tier's
-    /// channel came back), and tells the subscribers to re-check what they hold.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn resync(&self) {
-        telemetry::count_invalidation(Scope::All, "remote");
-        self.evict_all();
-        self.revocations.publish(Revocation::Recheck);
     }
 
     fn publish_entries(&self) {
         metrics::gauge!(telemetry::CACHE_ENTRIES).set(self.store.entry_count() as f64);
     }
+}
+
+/// A session id's hash in the revocation log: the same for the same id in this process.
+fn session_hash(session: &str) -> u64 {
+    use std::hash::BuildHasher;
+    static SEED: std::sync::LazyLock<foldhash::quality::RandomState> =
+        std::sync::LazyLock::new(Default::default);
+    SEED.hash_one(session)
 }

@@ -18,6 +18,7 @@
 //!   stands in its place with types that have no value.
 
 mod entry;
+mod index;
 pub(crate) mod key;
 mod local;
 #[cfg(feature = "redis")]
@@ -27,25 +28,29 @@ mod without_redis;
 #[cfg(not(feature = "redis"))]
 use without_redis as redis;
 mod revocation;
+mod revoked;
 mod store;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use entry::{Cached, Generation, Lookup, Verdict};
+pub(crate) use entry::{Cached, Lookup, Verdict};
+use index::Index;
 pub(crate) use key::{CacheKey, KeyHasher, KeyRef, KeyView};
-use local::Local;
+use local::{Fingerprint, Local};
 #[cfg(not(feature = "redis"))]
 pub(crate) use redis::RedisTier;
 use redis::SharedCache;
 #[cfg(feature = "redis")]
 pub use redis::{RedisTier, RedisTierError};
 pub use revocation::{Revocation, TokenFingerprint};
+pub(crate) use revoked::Mark;
 use store::Store;
 
 use crate::auth_url::Endpoint;
 use crate::error::ConfigError;
 use crate::telemetry::{self, Scope};
+use crate::user::User;
 
 /// How the tiers are set up, from the resolver's builder.
 pub(crate) struct TierSettings {
@@ -58,6 +63,9 @@ pub(crate) struct TierSettings {
     pub(crate) cache_ttl: Duration,
     /// How long a rejection is kept (`negative_cache_ttl`).
     pub(crate) negative_ttl: Duration,
+    /// Longer than any look-up lasts: how long a revocation is remembered for look-ups that
+    /// began before it.
+    pub(crate) horizon: Duration,
     /// The shared tier, if any.
     pub(crate) shared: Option<RedisTier>,
 }
@@ -71,16 +79,23 @@ pub(crate) struct Tiers {
 
 impl Tiers {
     pub(crate) fn new(settings: TierSettings) -> Result<Tiers, ConfigError> {
-        let local = Arc::new(Local::new(Store::new(
-            settings.capacity,
-            settings.cache_ttl,
-            settings.negative_ttl,
-            settings.stale_for,
-        )));
         let shared = settings
             .shared
             .map(|tier| SharedCache::new(tier, settings.cache_ttl))
             .transpose()?;
+        let fingerprint = match &shared {
+            Some(shared) => shared.token_fingerprint(),
+            None => local_fingerprint(),
+        };
+        let index = Arc::new(Index::new(shared.is_some()));
+        let store = Store::new(
+            settings.capacity,
+            settings.cache_ttl,
+            settings.negative_ttl,
+            settings.stale_for,
+            Local::dropping(&index, &fingerprint),
+        );
+        let local = Arc::new(Local::new(store, index, fingerprint, settings.horizon));
         Ok(Tiers { local, shared })
     }
 
@@ -93,16 +108,28 @@ impl Tiers {
     }
 
     /// A fresh answer another resolution stored since the caller's [`lookup`](Self::lookup)
-    /// missed. `contains_key` first: unlike a `get` it records no read, so the usual case
-    /// (nothing there) costs a probe of the map and nothing more.
+    /// missed.
     pub(crate) fn recheck(&self, key: &KeyRef<'_>) -> Option<Verdict> {
         self.local.recheck(key)
     }
 
-    /// The invalidations so far: read it before fetching an answer, and give it back to
-    /// [`store`](Self::store), which drops the answer if an invalidation came in between.
-    pub(crate) fn generation(&self) -> Generation {
-        self.local.generation()
+    /// Where revocations stand: take it before fetching an answer, and give it back to
+    /// [`store`](Self::store) and [`revoked_since`](Self::revoked_since).
+    pub(crate) fn mark(&self) -> Mark {
+        self.local.mark()
+    }
+
+    /// Whether something `user`, the answer for `token` at `endpoint`, stands for (the token,
+    /// the user, the user's session) was revoked since `since`: such an answer is handed to
+    /// no one.
+    pub(crate) fn revoked_since(
+        &self,
+        since: Mark,
+        endpoint: &Endpoint,
+        token: &str,
+        user: &User,
+    ) -> bool {
+        self.local.revoked_since(since, endpoint, token, user)
     }
 
     /// The shared tier's answer for a local miss, completed by `complete` (Redis does not keep
@@ -113,26 +140,26 @@ impl Tiers {
         &self,
         endpoint: &Arc<Endpoint>,
         token: &str,
-        generation: Generation,
+        since: Mark,
         complete: impl FnOnce(Cached) -> Cached,
     ) -> Option<Cached> {
         let shared = self.shared.as_ref()?;
         self.start_subscriber();
         let cached = complete(shared.get(endpoint.as_str(), token).await?);
-        self.local.store(endpoint, token, &cached, generation);
+        self.local.store(endpoint, token, &cached, since);
         Some(cached)
     }
 
-    /// Stores a fresh answer in every tier, unless it has no freshness or an invalidation came
-    /// after `generation`.
+    /// Stores a fresh answer in every tier, unless it has no freshness or something it names
+    /// was revoked since `since`.
     pub(crate) fn store(
         &self,
         endpoint: &Arc<Endpoint>,
         token: &str,
         cached: &Cached,
-        generation: Generation,
+        since: Mark,
     ) {
-        if !self.local.store(endpoint, token, cached, generation) {
+        if !self.local.store(endpoint, token, cached, since) {
             return;
         }
         if let Some(shared) = &self.shared {
@@ -144,34 +171,58 @@ impl Tiers {
     /// subscribers.
     pub(crate) fn invalidate_token(&self, endpoint: &Endpoint, token: &str) {
         telemetry::count_invalidation(Scope::Token, "local");
-        self.local.evict_token(endpoint, token);
-        self.local.publish(Revocation::Token {
+        let revocation = Revocation::Token {
             endpoint: endpoint.as_str().to_owned(),
             token: self.fingerprint(endpoint.as_str(), token),
-        });
+        };
+        self.local
+            .revoke(local::Target::Token { endpoint, token }, revocation);
         if let Some(shared) = &self.shared {
             shared.delete(endpoint.as_str(), token);
         }
     }
 
     /// Drops every answer of user `user_id` at `endpoint` in every tier and on every node.
-    pub(crate) fn invalidate_user(&self, endpoint: &str, user_id: i64) {
+    pub(crate) fn invalidate_user(&self, endpoint: &Endpoint, user_id: i64) {
         telemetry::count_invalidation(Scope::User, "local");
-        self.local.evict_user(endpoint, user_id);
-        self.local.publish(Revocation::User {
-            endpoint: endpoint.to_owned(),
+        let revocation = Revocation::User {
+            endpoint: endpoint.as_str().to_owned(),
             user_id,
-        });
+        };
+        let target = local::Target::User {
+            endpoint,
+            user: user_id,
+        };
+        self.local.revoke(target, revocation);
         if let Some(shared) = &self.shared {
-            shared.delete_user(endpoint, user_id);
+            shared.delete_user(endpoint.as_str(), user_id);
+        }
+    }
+
+    /// Drops every answer of one of the integrator's sessions (of user `user_id`) at
+    /// `endpoint` in every tier and on every node.
+    pub(crate) fn invalidate_session(&self, endpoint: &Endpoint, user_id: i64, session: &str) {
+        telemetry::count_invalidation(Scope::Session, "local");
+        let revocation = Revocation::Session {
+            endpoint: endpoint.as_str().to_owned(),
+            user_id,
+            session: session.to_owned(),
+        };
+        let target = local::Target::Session {
+            endpoint,
+            user: user_id,
+            session,
+        };
+        self.local.revoke(target, revocation);
+        if let Some(shared) = &self.shared {
+            shared.delete_session(endpoint.as_str(), user_id, session);
         }
     }
 
     /// Drops every answer in every tier and on every node.
     pub(crate) fn invalidate_all(&self) {
         telemetry::count_invalidation(Scope::All, "local");
-        self.local.evict_all();
-        self.local.publish(Revocation::All);
+        self.local.revoke_all(Revocation::All);
         if let Some(shared) = &self.shared {
             shared.delete_all();
         }
@@ -219,4 +270,12 @@ impl Tiers {
             shared.start_subscriber(Arc::downgrade(&self.local));
         }
     }
+}
+
+/// Without a shared tier, a token's fingerprint in the index and the revocation log: a hash
+/// keyed at random for this process (it never leaves it).
+fn local_fingerprint() -> Fingerprint {
+    use std::hash::BuildHasher;
+    let seed = foldhash::quality::RandomState::default();
+    Arc::new(move |endpoint: &Endpoint, token: &[u8]| seed.hash_one((endpoint.key_hash(), token)))
 }

@@ -39,6 +39,16 @@ pub enum Revocation {
         /// The user.
         user_id: i64,
     },
+    /// Every token of one of the integrator's sessions at one endpoint (a logout): the tokens
+    /// whose answer's `sid` is `session` ([`User::session`](crate::User::session)).
+    Session {
+        /// The endpoint.
+        endpoint: String,
+        /// The session's user.
+        user_id: i64,
+        /// The integrator's session id.
+        session: String,
+    },
     /// Everything: every session that holds a resolved token.
     All,
     /// Revocations may have been missed (the shared tier's channel was lost and is back, and

@@ -6,6 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use moka::notification::RemovalCause;
+
 use super::entry::{Cached, Deadline, Lookup, Verdict};
 use super::key::{CacheKey, KeyHasher, KeyRef, KeyView};
 use crate::user::User;
@@ -50,14 +52,25 @@ fn at_least(ttl: Duration) -> Duration {
     ttl.max(Duration::from_millis(1))
 }
 
-/// One of the three caches: at most `capacity` entries, each kept `ttl`.
-fn moka_cache<V>(capacity: u64, ttl: Duration) -> moka::sync::Cache<CacheKey, V, KeyHasher>
+/// One of the three caches: at most `capacity` entries, each kept `ttl`; `dropped` hears of
+/// every entry the cache drops (expired, evicted, invalidated), not of one replaced by a new
+/// value for its key.
+fn moka_cache<V>(
+    capacity: u64,
+    ttl: Duration,
+    dropped: impl Fn(&CacheKey, V) + Send + Sync + 'static,
+) -> moka::sync::Cache<CacheKey, V, KeyHasher>
 where
     V: Clone + Send + Sync + 'static,
 {
     moka::sync::Cache::builder()
         .max_capacity(capacity)
         .time_to_live(at_least(ttl))
+        .eviction_listener(move |key: Arc<CacheKey>, value, cause| {
+            if cause != RemovalCause::Replaced {
+                dropped(&key, value);
+            }
+        })
         .build_with_hasher(KeyHasher::default())
 }
 
@@ -77,17 +90,26 @@ struct Rejection {
 
 impl Store {
     /// Users kept for `cache_ttl` (plus `stale_for` past their freshness), rejections for
-    /// `negative_ttl`, at most `capacity` in each of the three caches.
+    /// `negative_ttl`, at most `capacity` in each of the three caches. `dropped` hears of every
+    /// user the store drops, with its key (for the index).
     pub(crate) fn new(
         capacity: u64,
         cache_ttl: Duration,
         negative_ttl: Duration,
         stale_for: Duration,
+        dropped: impl Fn(&CacheKey, i64) + Clone + Send + Sync + 'static,
     ) -> Store {
+        let timed_dropped = dropped.clone();
         Store {
-            lasting: moka_cache(capacity, cache_ttl),
-            timed: moka_cache(capacity, cache_ttl.saturating_add(stale_for)),
-            rejections: moka_cache(capacity, negative_ttl),
+            lasting: moka_cache(capacity, cache_ttl, move |key, user: Arc<User>| {
+                dropped(key, user.id)
+            }),
+            timed: moka_cache(
+                capacity,
+                cache_ttl.saturating_add(stale_for),
+                move |key, entry: TimedUser| timed_dropped(key, entry.user.id),
+            ),
+            rejections: moka_cache(capacity, negative_ttl, |_, _| {}),
             lasting_ttl: at_least(cache_ttl),
             stale_for,
         }
@@ -123,6 +145,14 @@ impl Store {
             }
             _ => Lookup::Absent,
         }
+    }
+
+    /// The user cached for `key`, fresh or kept stale; `None` for a rejection or nothing.
+    pub(crate) fn user(&self, key: &CacheKey) -> Option<Arc<User>> {
+        let key = key as &dyn KeyView;
+        self.lasting
+            .get(key)
+            .or_else(|| self.timed.get(key).map(|entry| entry.user))
     }
 
     /// Whether any of the caches holds `key`; records no read.
@@ -181,15 +211,6 @@ impl Store {
         self.rejections.invalidate_all();
     }
 
-    /// Every key held now and the user's id, or `None` for a rejection (expired entries moka
-    /// has not dropped yet included).
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (Arc<CacheKey>, Option<i64>)> + '_ {
-        let lasting = self.lasting.iter().map(|(key, user)| (key, Some(user.id)));
-        let timed = self.timed.iter().map(|(key, e)| (key, Some(e.user.id)));
-        let rejections = self.rejections.iter().map(|(key, _)| (key, None));
-        lasting.chain(timed).chain(rejections)
-    }
-
     /// Entries in the three caches, as moka counts them.
     pub(crate) fn entry_count(&self) -> u64 {
         self.lasting.entry_count() + self.timed.entry_count() + self.rejections.entry_count()
@@ -235,6 +256,7 @@ mod tests {
             Duration::from_secs(60),
             Duration::from_secs(5),
             stale_for,
+            |_, _| {},
         )
     }
 
@@ -405,6 +427,7 @@ mod tests {
             Duration::from_secs(60),
             Duration::from_millis(50),
             Duration::ZERO,
+            |_, _| {},
         );
         cache.insert(
             key("https://a.example", "no"),

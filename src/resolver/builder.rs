@@ -156,7 +156,9 @@ impl ResolverBuilder {
     /// Cache capacity in entries. The local tier keeps users and rejections apart (and users
     /// with a deadline shorter than [`cache_ttl`](Self::cache_ttl), or every user while
     /// [`serve_stale_for`](Self::serve_stale_for) is on, apart from the rest), each part holding
-    /// at most this many, so that a flood of one kind cannot evict the other. Default: 100 000.
+    /// at most this many, so that a flood of one kind cannot evict the other (moka enforces it
+    /// as it applies writes: an entry whose key is being written as it would be evicted goes
+    /// at its next pass). Default: 100 000.
     pub fn max_cache_entries(self, entries: u64) -> Self {
         ResolverBuilder {
             max_cache_entries: entries,
@@ -337,6 +339,11 @@ impl ResolverBuilder {
             stale_for: self.serve_stale_for,
             cache_ttl: self.cache_ttl,
             negative_ttl: self.negative_cache_ttl,
+            // Longer than a look-up can last: its wait for a slot, its deadline, and a Redis
+            // read-through, twice over and at least half a minute.
+            horizon: (self.queue_timeout + self.request_timeout)
+                .saturating_mul(2)
+                .max(Duration::from_secs(30)),
             shared: self.shared_cache,
         })?;
         Ok(Resolver {

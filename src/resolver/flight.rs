@@ -71,6 +71,12 @@ impl<T: Clone> Flights<T> {
         (result, ran)
     }
 
+    /// Takes `key`'s call out of the map: later callers start a call of their own; those
+    /// already waiting get its result, which the resolver checks against the revocations.
+    pub(crate) fn forget(&self, key: &KeyRef<'_>) {
+        self.lock().remove(key as &dyn KeyView);
+    }
+
     /// How many keys have a call under way.
     #[cfg(test)]
     fn len(&self) -> usize {

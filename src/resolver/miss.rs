@@ -8,8 +8,8 @@ use super::outcome::{rejected, CacheOutcome, Resolution};
 use super::stats::Counter;
 use super::Resolver;
 use crate::auth_url::Endpoint;
-use crate::cache::{CacheKey, Cached, KeyRef, Verdict};
-use crate::error::{ErrorCode, ResolveError};
+use crate::cache::{CacheKey, Cached, KeyRef, Mark, Verdict};
+use crate::error::{ApiHost, ErrorCode, ResolveError};
 use crate::telemetry;
 use crate::token;
 use crate::upstream::Reply;
@@ -26,14 +26,35 @@ impl Resolver {
     ) -> Resolution {
         let inner = &*self.inner;
         token::check_syntax(key.token).map_err(|e| (e, None))?;
-        let (result, ran) = inner
-            .flights
-            .run(
-                key,
-                || CacheKey::new(Arc::clone(endpoint), key.token),
-                || self.fetch(endpoint, key),
-            )
-            .await;
+        // A revocation that lands while the call is under way wins: the answer is cached
+        // nowhere and handed to no one, and the resolution starts over with a call that began
+        // after it. Twice in a row and the token is refused.
+        let mut result = Err(ResolveError::TokenRevoked {
+            host: ApiHost::of(endpoint),
+        });
+        let mut ran = false;
+        for _ in 0..2 {
+            let ((answer, since), led) = inner
+                .flights
+                .run(
+                    key,
+                    || CacheKey::new(Arc::clone(endpoint), key.token),
+                    || self.fetch(endpoint, key),
+                )
+                .await;
+            ran |= led;
+            match answer {
+                Ok(Verdict::User(user))
+                    if inner.cache.revoked_since(since, endpoint, key.token, &user) =>
+                {
+                    continue
+                }
+                answer => {
+                    result = answer;
+                    break;
+                }
+            }
+        }
         let outcome = if ran {
             inner.counters.bump(Counter::Misses);
             CacheOutcome::Miss
@@ -70,21 +91,28 @@ impl Resolver {
         })
     }
 
-    /// The upstream call for one key, run once per flight: another flight's answer if one just
-    /// landed, else the shared tier's, else the API's; whatever the API answers is stored.
-    async fn fetch(
+    /// The upstream call for one key, run once per flight, and where the revocations stood
+    /// when it began: another flight's answer if one just landed, else the shared tier's, else
+    /// the API's; whatever the API answers is stored.
+    async fn fetch(&self, endpoint: &Arc<Endpoint>, key: &KeyRef<'_>) -> (Fetched, Mark) {
+        let since = self.inner.cache.mark();
+        (self.fetch_since(endpoint, key, since).await, since)
+    }
+
+    /// [`fetch`](Self::fetch) once it has taken its mark.
+    async fn fetch_since(
         &self,
         endpoint: &Arc<Endpoint>,
         key: &KeyRef<'_>,
-    ) -> Result<Verdict, ResolveError> {
+        since: Mark,
+    ) -> Fetched {
         let inner = &*self.inner;
         if let Some(verdict) = inner.cache.recheck(key) {
             return Ok(verdict);
         }
-        let generation = inner.cache.generation();
         if let Some(cached) = inner
             .cache
-            .read_through(endpoint, key.token, generation, |cached| {
+            .read_through(endpoint, key.token, since, |cached| {
                 inner.with_token_expiry(cached, key.token)
             })
             .await
@@ -107,10 +135,13 @@ impl Resolver {
             }
             Reply::Rejected { status } => Cached::rejected(status, inner.negative_cache_ttl),
         };
-        inner.cache.store(endpoint, key.token, &cached, generation);
+        inner.cache.store(endpoint, key.token, &cached, since);
         Ok(cached.verdict())
     }
 }
+
+/// What one flight's call found: the answer, or why there is none.
+pub(super) type Fetched = Result<Verdict, ResolveError>;
 
 /// Whether `error` says the API could not be reached, as opposed to what it answered.
 fn is_outage(error: &ResolveError) -> bool {

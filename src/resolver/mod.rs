@@ -36,12 +36,13 @@ use tracing::{Instrument, Span};
 
 pub use self::builder::ResolverBuilder;
 use self::flight::Flights;
+use self::miss::Fetched;
 use self::outcome::{rejected, CacheOutcome, Resolution};
 pub use self::request::{ConnectRequest, Identity, JoinRequest};
 pub use self::stats::Stats;
 use self::stats::{Counter, Counters};
 use crate::auth_url::{AllowList, Endpoint};
-use crate::cache::{KeyRef, Lookup, Tiers, Verdict};
+use crate::cache::{KeyRef, Lookup, Mark, Tiers, Verdict};
 use crate::error::ResolveError;
 use crate::telemetry;
 use crate::token;
@@ -74,8 +75,9 @@ struct Inner {
     auth_required: bool,
     /// Answers (users and rejections) in every tier, each with its own time to live.
     cache: Tiers,
-    /// Calls under way, so concurrent resolutions of one key share one.
-    flights: Flights<Result<Verdict, ResolveError>>,
+    /// Calls under way, so concurrent resolutions of one key share one, each with where the
+    /// revocations stood when it began.
+    flights: Flights<(Fetched, Mark)>,
     /// The HTTP call, with what admits it: the breakers and the slot limit.
     upstream: Upstream,
     /// Upper bound on how long a user is cached.

@@ -358,43 +358,57 @@ async fn a_revocation_on_one_node_closes_the_session_on_another_through_redis() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_rechecks_its_sessions_when_redis_comes_back() {
-    // Pins down the outage path: a revocation made while Redis is down reaches only its own
-    // node; when Redis returns, the other node empties its cache and re-checks its sessions,
-    // and the one whose token the API now rejects is closed.
+async fn a_revocation_made_while_redis_is_down_reaches_the_other_node_once_it_is_back() {
+    // Pins down the outage path: a ban on node A while Redis is down closes what A holds at
+    // once, and A keeps telling Redis until it is back; then node B hears it and closes its
+    // session too. Nothing is emptied: B had missed nothing else.
     let Some(mut redis) = RedisServer::start() else {
         return;
     };
-    let revoked = Arc::new(AtomicBool::new(false));
-    let api = api(revoked.clone()).await;
-    let (_b, b) = {
-        let (game, admin) = node(&api.url(), &redis).await;
-        (admin, game)
-    };
+    let api = api(Arc::default()).await;
+    let (_a, admin_a) = node(&api.url(), &redis).await;
+    let (b, _admin_b) = node(&api.url(), &redis).await;
     let mut on_b = in_the_first_room(&b, "alice").await;
+    let bob = in_the_first_room(&b, "bob").await;
     redis.stop();
-    revoked.store(true, Ordering::SeqCst);
-    redis.restart();
+    let (status, answer) = revoke(admin_a.local_addr(), Some(SECRET), r#"{"user_id": 1}"#).await;
+    assert_eq!((status, answer), (200, json!({"sessions_closed": 0})));
+    let redis = tokio::task::spawn_blocking(move || {
+        redis.restart();
+        redis
+    })
+    .await
+    .unwrap();
     assert!(matches!(
-        tokio::time::timeout(Duration::from_secs(10), on_b.next_push()).await,
+        tokio::time::timeout(Duration::from_secs(15), on_b.next_push()).await,
         Ok(Err(GameClientError::Revoked(_)))
     ));
+    assert_eq!(b.resolver().stats().entries, 1, "Bob's entry was kept");
+    drop((bob, redis));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_revocation_that_lands_while_the_token_is_resolved_still_reaches_the_session() {
-    // Pins down revocations racing a connect: one that comes while the game server waits for
-    // /api/user finds no session holding the token yet; the session learns of it when the answer
-    // comes, and the player is told `revoked` instead of `connected`. A revocation of someone
-    // else in the same window leaves a second player connected.
+async fn a_revocation_that_lands_while_the_token_is_resolved_wins_the_race() {
+    // Pins down revocations racing a connect: the API decided "valid" before a ban and answers
+    // after it. That answer is neither cached nor handed to anyone, the player who was waiting
+    // for it and a second one who joined the same look-up after the ban both get the API's
+    // answer to a new look-up (the ban: token_rejected). A ban of someone else in the same
+    // window leaves a player connected.
     let release = Arc::new(tokio::sync::Notify::new());
+    let revoked = Arc::new(AtomicBool::new(false));
+    let gated = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
     let api = Scripted::start({
-        let release = release.clone();
+        let (release, revoked) = (release.clone(), revoked.clone());
         move |_, seen: Seen| {
-            let release = release.clone();
+            let (release, revoked, gated) = (release.clone(), revoked.clone(), gated.clone());
             async move {
-                release.notified().await;
-                answer(&seen, false)
+                // Decided now; the first call for each token answers only once released.
+                let response = answer(&seen, revoked.load(Ordering::SeqCst));
+                let token = seen.header("authorization").unwrap_or_default().to_owned();
+                if gated.lock().unwrap().insert(token) {
+                    release.notified().await;
+                }
+                response
             }
         }
     })
@@ -411,16 +425,21 @@ async fn a_revocation_that_lands_while_the_token_is_resolved_still_reaches_the_s
 
     let alice = connect("alice");
     eventually("Alice's call is under way", || api.requests() == 1).await;
+    revoked.store(true, Ordering::SeqCst);
     resolver.invalidate_user(&api.url(), 1);
+    let alice_again = connect("alice");
+    tokio::time::sleep(Duration::from_millis(100)).await; // she joins the call under way
     release.notify_one();
-    let connected = alice.await.unwrap();
-    assert!(
-        matches!(connected, Err(GameClientError::Revoked(_))),
-        "{connected:?}"
-    );
+    for connected in [alice.await.unwrap(), alice_again.await.unwrap()] {
+        assert!(
+            matches!(&connected, Err(e) if e.code() == Some("token_rejected")),
+            "{connected:?}"
+        );
+    }
+    assert_eq!(api.requests(), 2, "one call before the ban, one after");
 
     let bob = connect("bob");
-    eventually("Bob's call is under way", || api.requests() == 2).await;
+    eventually("Bob's call is under way", || api.requests() == 3).await;
     resolver.invalidate_user(&api.url(), 1);
     release.notify_one();
     let connected = bob.await.unwrap();

@@ -5,8 +5,8 @@
 //!
 //! It owns building the clients (credentials filled in where a URL has none, the private CA,
 //! timeouts), establishing a connection off the caller's deadline, forgetting one that broke,
-//! the per-form parts of pub/sub and of emptying the tier, and [`RedisTier::check`], which
-//! connects once on demand. What is stored where is the rest of the `redis` module's business.
+//! the revocation stream's reading connection, and [`RedisTier::check`], which connects once on
+//! demand. What is stored where is the rest of the `redis` module's business.
 
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -56,6 +56,10 @@ impl RedisTier {
     }
 }
 
+/// The longest a blocking read of the revocation stream waits for its answer: it blocks for
+/// a second or two, far less than this.
+pub(super) const READ_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How this node reaches Redis, with its connection once made.
 pub(super) struct Backend {
     form: Form,
@@ -67,7 +71,8 @@ pub(super) struct Backend {
 enum Form {
     /// One server; the manager reconnects to it by itself.
     Server {
-        client: Client,
+        /// Boxed: the largest of the forms' clients.
+        client: Box<Client>,
         manager: OnceLock<ConnectionManager>,
     },
     /// The master the sentinels name; asked again whenever its connection breaks.
@@ -79,8 +84,9 @@ enum Form {
     Cluster {
         /// Boxed: far larger than the other forms' clients.
         client: Box<ClusterClient>,
-        /// One client per configured node, for the invalidation channel.
-        nodes: Vec<Client>,
+        /// The same nodes, with a response deadline long enough for the revocation stream's
+        /// blocking reads.
+        reader: Box<ClusterClient>,
         live: Slot<ClusterConnection>,
     },
 }
@@ -91,7 +97,7 @@ impl Backend {
         let certs = certificates(tier)?;
         let form = match &tier.target {
             Target::Server(url) => Form::Server {
-                client: client_for(node_info(url, tier)?, certs.as_ref())?,
+                client: Box::new(client_for(node_info(url, tier)?, certs.as_ref())?),
                 manager: OnceLock::new(),
             },
             Target::Sentinel { sentinels, master } => Form::Sentinel {
@@ -108,25 +114,23 @@ impl Backend {
                 if infos.is_empty() {
                     return Err(invalid("a cluster needs at least one node URL"));
                 }
-                let nodes = infos
-                    .iter()
-                    .map(|info| client_for(info.clone(), certs.as_ref()))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let mut builder = ClusterClientBuilder::new(infos)
-                    .connection_timeout(connect_timeout(tier.op_timeout))
-                    .response_timeout(tier.op_timeout)
-                    .retries(3)
-                    .min_retry_wait(10)
-                    .max_retry_wait(tier.op_timeout.as_millis().max(20) as u64);
-                if let Some(certs) = certs {
-                    builder = builder.certs(certs);
-                }
-                let client = builder
-                    .build()
-                    .map_err(|e| invalid(format!("cluster nodes: {e}")))?;
+                let build = |response_timeout: Duration| {
+                    let mut builder = ClusterClientBuilder::new(infos.clone())
+                        .connection_timeout(connect_timeout(tier.op_timeout))
+                        .response_timeout(response_timeout)
+                        .retries(3)
+                        .min_retry_wait(10)
+                        .max_retry_wait(tier.op_timeout.as_millis().max(20) as u64);
+                    if let Some(certs) = certs.clone() {
+                        builder = builder.certs(certs);
+                    }
+                    builder
+                        .build()
+                        .map_err(|e| invalid(format!("cluster nodes: {e}")))
+                };
                 Form::Cluster {
-                    client: Box::new(client),
-                    nodes,
+                    client: Box::new(build(tier.op_timeout)?),
+                    reader: Box::new(build(READ_RESPONSE_TIMEOUT)?),
                     live: Slot::default(),
                 }
             }
@@ -151,7 +155,7 @@ impl Backend {
                     .set_response_timeout(Some(op_timeout))
                     .set_number_of_retries(1)
                     .set_max_delay(op_timeout);
-                let made = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
+                let made = ConnectionManager::new_lazy_with_config(Client::clone(client), config)?;
                 Ok(Conn::Manager(manager.get_or_init(|| made).clone()))
             }
             Form::Sentinel { sentinel, live } => {
@@ -210,102 +214,34 @@ impl Backend {
         Ok(())
     }
 
-    /// A pub/sub connection for the invalidation channel; `attempt` counts the tries so far,
-    /// so that on a cluster each try goes to the next configured node.
-    pub(super) async fn pubsub(&self, attempt: usize) -> RedisResult<redis::aio::PubSub> {
-        let client = match &self.form {
-            Form::Server { client, .. } => client.clone(),
-            Form::Sentinel { sentinel, .. } => sentinel.lock().await.async_get_client().await?,
-            Form::Cluster { nodes, .. } => nodes[attempt % nodes.len()].clone(),
-        };
-        client.get_async_pubsub().await
-    }
-
-    /// Deletes every key matching `pattern`: a `SCAN` of the server, or of every master of a
-    /// cluster, each batch unlinked as it comes.
-    pub(super) async fn delete_matching(&self, pattern: &str) -> RedisResult<()> {
-        let mut conn = self.connection().await?;
-        match &mut conn {
-            Conn::Cluster(cluster) => {
-                for (host, port) in cluster_masters(cluster).await? {
-                    let route = redis::cluster_routing::RoutingInfo::SingleNode(
-                        redis::cluster_routing::SingleNodeRoutingInfo::ByAddress { host, port },
-                    );
-                    let mut cursor = 0u64;
-                    loop {
-                        let reply = cluster.route_command(scan(cursor, pattern), route.clone());
-                        let (next, keys): (u64, Vec<String>) =
-                            redis::from_redis_value(reply.await?)?;
-                        unlink(cluster, keys).await?;
-                        cursor = next;
-                        if cursor == 0 {
-                            break;
-                        }
-                    }
+    /// A connection of its own for the revocation stream's blocking reads, each answered within
+    /// `response_timeout`: a blocked read on the shared connection would hold up every other
+    /// operation queued behind it.
+    pub(super) async fn reader(&self, response_timeout: Duration) -> RedisResult<Conn> {
+        let connect = connect_timeout(self.op_timeout);
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect))
+            .set_response_timeout(Some(response_timeout));
+        within(connect, async {
+            match &self.form {
+                Form::Server { client, .. } => client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map(Conn::Multiplexed),
+                Form::Sentinel { sentinel, .. } => {
+                    let client = sentinel.lock().await.async_get_client().await?;
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                        .map(Conn::Multiplexed)
                 }
-                Ok(())
-            }
-            conn => {
-                let mut cursor = 0u64;
-                loop {
-                    let (next, keys): (u64, Vec<String>) =
-                        scan(cursor, pattern).query_async(conn).await?;
-                    unlink(conn, keys).await?;
-                    cursor = next;
-                    if cursor == 0 {
-                        return Ok(());
-                    }
+                Form::Cluster { reader, .. } => {
+                    reader.get_async_connection().await.map(Conn::Cluster)
                 }
             }
-        }
-    }
-}
-
-fn scan(cursor: u64, pattern: &str) -> redis::Cmd {
-    let mut cmd = redis::cmd("SCAN");
-    cmd.arg(cursor)
-        .arg("MATCH")
-        .arg(pattern)
-        .arg("COUNT")
-        .arg(1000);
-    cmd
-}
-
-/// `UNLINK` of `keys`; on a cluster the crate splits it by slot.
-async fn unlink(conn: &mut impl redis::aio::ConnectionLike, keys: Vec<String>) -> RedisResult<()> {
-    if keys.is_empty() {
-        return Ok(());
-    }
-    redis::cmd("UNLINK").arg(keys).query_async::<()>(conn).await
-}
-
-/// The address of every master of the cluster, from `CLUSTER NODES`.
-async fn cluster_masters(cluster: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
-    let nodes: String = redis::cmd("CLUSTER")
-        .arg("NODES")
-        .query_async(cluster)
-        .await?;
-    Ok(parse_masters(&nodes))
-}
-
-/// Masters that are not failed, as `(host, port)`, from `CLUSTER NODES` text
-/// (`<id> <ip:port@cport[,hostname]> <flags> …`).
-fn parse_masters(nodes: &str) -> Vec<(String, u16)> {
-    nodes
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let address = fields.nth(1)?;
-            let flags = fields.next()?;
-            let failed = flags.split(',').any(|f| f == "fail" || f == "noaddr");
-            if failed || !flags.split(',').any(|f| f == "master") {
-                return None;
-            }
-            let address = address.split(['@', ',']).next()?;
-            let (host, port) = address.rsplit_once(':')?;
-            Some((host.to_owned(), port.parse().ok()?))
         })
-        .collect()
+        .await
+    }
 }
 
 /// Long enough to make a connection (TLS, Sentinel look-up) that one operation's deadline may
@@ -509,25 +445,6 @@ impl<C: Clone + Send + Sync + 'static> Slot<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn masters_are_read_from_cluster_nodes() {
-        let text = "\
-a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
-b2 127.0.0.1:7002@17002,host-b master - 0 0 2 connected 5461-10922
-c3 127.0.0.1:7003@17003 master,fail - 0 0 3 connected 10923-16383
-d4 127.0.0.1:7004@17004 slave b2 0 0 2 connected
-e5 ::1:7005@17005 master - 0 0 4 connected
-";
-        assert_eq!(
-            parse_masters(text),
-            vec![
-                ("127.0.0.1".to_owned(), 7001),
-                ("127.0.0.1".to_owned(), 7002),
-                ("::1".to_owned(), 7005)
-            ]
-        );
-    }
 
     #[test]
     fn urls_take_the_tier_password_only_where_they_have_none() {

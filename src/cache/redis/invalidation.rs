@@ -1,148 +1,285 @@
-//! Invalidation across nodes: deleting answers from Redis and publishing what was deleted on
-//! the `<prefix>invalidate` channel, for `subscriber` to apply on every other node.
+//! Revoking across nodes: tombstoning and deleting in Redis, then telling every other node on
+//! the revocation stream, for `subscriber` to apply there.
 //!
-//! Deleting comes first and publishing second, each as its own command (on a cluster the keys
-//! and the channel live in different slots), so a node told to forget an answer cannot read it
-//! back from Redis. An invalidation keeps trying for a while when Redis fails, rest or not: a
-//! lost one leaves other nodes serving what was revoked until it expires.
+//! Redis first and the stream second, so that a node told to forget an answer cannot read it
+//! back from Redis; each step is O(what it names) (a user's or a session's tokens at most), and
+//! `invalidate_all` is one `INCR` of the generation: no scan, and nothing the stream's message
+//! waits on grows with the keyspace. A revocation keeps trying while Redis fails, rest or not,
+//! for as long as any answer it is about can live: a lost one would leave other nodes serving
+//! what was revoked.
 
 use hmac::Hmac;
+use redis::RedisResult;
 use sha2::Sha256;
 
-use super::entry::token_digest;
-use super::SharedCache;
-use crate::cache::{KeyView, Local, Revocation, TokenFingerprint};
+use super::conn::Conn;
+use super::entry::{fingerprint_of, session_digest, token_digest, user_digest, SharedEntry};
+use super::scripts::UserKeys;
+use super::{Core, SharedCache};
+use crate::auth_url::Endpoint;
+use crate::cache::local::{Local, Target};
+use crate::cache::{CacheKey, KeyView, Revocation, TokenFingerprint};
 use crate::telemetry::{self, Scope};
 
-/// An invalidation as published on the channel, for every node to apply locally.
+/// A revocation as the stream carries it, for every node to apply locally.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub(super) enum Invalidation {
-    /// One token at one endpoint, named by its Redis key digest (never the token).
-    Key { endpoint: String, digest: String },
-    /// Every token of one user at one endpoint.
-    User { endpoint: String, user_id: i64 },
-    /// Everything.
-    All,
+pub(super) struct Message {
+    /// The node that made it, in hex: its own reader skips it.
+    pub(super) node: String,
+    /// What it revokes.
+    #[serde(flatten)]
+    pub(super) what: Revoked,
 }
 
-impl Invalidation {
-    /// Applies another node's invalidation to this node's local tier, and tells the local
+/// What a [`Message`] revokes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub(super) enum Revoked {
+    /// One token at one endpoint, named by its digest (never the token).
+    Token { endpoint: String, digest: String },
+    /// Every token of one user at one endpoint.
+    User { endpoint: String, user_id: i64 },
+    /// Every token of one of the integrator's sessions of one user at one endpoint.
+    Session {
+        endpoint: String,
+        user_id: i64,
+        session: String,
+    },
+    /// Everything: the tier moved to `generation` (0 until it has).
+    All { generation: u64 },
+}
+
+impl Revoked {
+    /// Applies another node's revocation to this node's local tier, which tells the local
     /// subscribers.
     pub(super) fn apply(self, local: &Local, mac: &Hmac<Sha256>) {
-        let revocation = match self {
-            Invalidation::Key { endpoint, digest } => {
-                telemetry::count_invalidation(Scope::Token, "remote");
-                local.evict_where(|key, _| {
-                    key.endpoint.as_str() == endpoint
-                        && token_digest(mac, &endpoint, key.token()) == digest
-                });
-                Revocation::Token {
-                    endpoint,
-                    token: TokenFingerprint::from_digest(digest),
-                }
-            }
-            Invalidation::User { endpoint, user_id } => {
-                telemetry::count_invalidation(Scope::User, "remote");
-                local.evict_user(&endpoint, user_id);
-                Revocation::User { endpoint, user_id }
-            }
-            Invalidation::All => {
-                telemetry::count_invalidation(Scope::All, "remote");
-                local.evict_all();
-                Revocation::All
-            }
+        let (scope, endpoint) = match &self {
+            Revoked::Token { endpoint, .. } => (Scope::Token, Some(endpoint)),
+            Revoked::User { endpoint, .. } => (Scope::User, Some(endpoint)),
+            Revoked::Session { endpoint, .. } => (Scope::Session, Some(endpoint)),
+            Revoked::All { .. } => (Scope::All, None),
         };
-        local.publish(revocation);
+        telemetry::count_invalidation(scope, "remote");
+        let at = match endpoint.map(|e| Endpoint::parse(e, true)) {
+            Some(Ok(at)) => Some(at),
+            Some(Err(_)) => {
+                return tracing::warn!("ignoring a revocation naming no usable endpoint")
+            }
+            None => None,
+        };
+        match (self, at) {
+            (Revoked::Token { endpoint, digest }, Some(at)) => {
+                let Some(fingerprint) = fingerprint_of(&digest) else {
+                    return tracing::warn!("ignoring a revocation naming no usable token");
+                };
+                let is = |key: &CacheKey| token_digest(mac, at.as_str(), key.token()) == digest;
+                let target = Target::Fingerprint {
+                    endpoint: &at,
+                    fingerprint,
+                    is: &is,
+                };
+                let token = TokenFingerprint::from_digest(digest.clone());
+                local.revoke(target, Revocation::Token { endpoint, token });
+            }
+            (Revoked::User { endpoint, user_id }, Some(at)) => {
+                let target = Target::User {
+                    endpoint: &at,
+                    user: user_id,
+                };
+                local.revoke(target, Revocation::User { endpoint, user_id });
+            }
+            (
+                Revoked::Session {
+                    endpoint,
+                    user_id,
+                    session,
+                },
+                Some(at),
+            ) => {
+                let target = Target::Session {
+                    endpoint: &at,
+                    user: user_id,
+                    session: &session,
+                };
+                let revocation = Revocation::Session {
+                    endpoint,
+                    user_id,
+                    session: session.clone(),
+                };
+                local.revoke(target, revocation);
+            }
+            _ => local.revoke_all(Revocation::All),
+        }
     }
 }
 
 impl SharedCache {
-    /// Deletes one token's entry and tells every node, in the background.
+    /// Tombstones one token and deletes its entry, then tells every node; in the background.
     pub(crate) fn delete(&self, endpoint: &str, token: &str) {
         let digest = self.digest(endpoint, token);
-        let key = self.key(&digest);
-        let message = Invalidation::Key {
-            endpoint: endpoint.to_owned(),
-            digest,
-        };
-        self.broadcast("invalidate", vec![key], None, message);
+        let endpoint = endpoint.to_owned();
+        self.revoke("invalidate", Revoked::Token { endpoint, digest });
     }
 
-    /// Deletes every entry of one user (the keys its index names, and the index) and tells
-    /// every node, in the background.
+    /// Tombstones a user and deletes every entry its index names, then tells every node; in
+    /// the background.
     pub(crate) fn delete_user(&self, endpoint: &str, user_id: i64) {
-        let index = self.user_index(endpoint, user_id);
-        let message = Invalidation::User {
+        let endpoint = endpoint.to_owned();
+        self.revoke("invalidate_user", Revoked::User { endpoint, user_id });
+    }
+
+    /// Tombstones one of a user's sessions and deletes the user's entries of that session
+    /// (and those whose write is still under way), then tells every node; in the background.
+    pub(crate) fn delete_session(&self, endpoint: &str, user_id: i64, session: &str) {
+        let what = Revoked::Session {
             endpoint: endpoint.to_owned(),
             user_id,
+            session: session.to_owned(),
         };
-        self.broadcast("invalidate_user", vec![index.clone()], Some(index), message);
+        self.revoke("invalidate_session", what);
     }
 
-    /// Deletes every entry under the prefix (on a cluster, on every master) and tells every
-    /// node, in the background, insisting. The nodes are told even when the scan fails (they
-    /// empty their caches whatever Redis still holds), and the whole is tried again until the
-    /// scan succeeds too.
+    /// Moves the tier to a new generation, then tells every node; in the background.
     pub(crate) fn delete_all(&self) {
-        let pattern = format!("{}*", self.prefix);
-        let channel = self.channel.clone();
-        let payload = serde_json::to_string(&Invalidation::All).unwrap_or_default();
-        let scanning = self.backend.clone();
-        // A scan may take many round trips: it runs under its own, longer, deadline.
-        self.spawn(
-            "invalidate_all",
-            true,
-            self.op_timeout * 100,
-            move |mut conn| {
-                let (scanning, pattern) = (scanning.clone(), pattern.clone());
-                let (channel, payload) = (channel.clone(), payload.clone());
-                async move {
-                    let scanned = scanning.delete_matching(&pattern).await;
-                    redis::cmd("PUBLISH")
-                        .arg(&channel)
-                        .arg(payload)
-                        .query_async::<()>(&mut conn)
-                        .await?;
-                    scanned
-                }
-            },
-        );
+        self.revoke("invalidate_all", Revoked::All { generation: 0 });
     }
 
-    /// Deletes `keys`, and the members of the set `members_of` first if given, then publishes
-    /// `message`; in the background, insisting.
-    fn broadcast(
-        &self,
-        op: &'static str,
-        keys: Vec<String>,
-        members_of: Option<String>,
-        message: Invalidation,
-    ) {
-        let channel = self.channel.clone();
-        let payload = serde_json::to_string(&message).unwrap_or_default();
+    /// Revokes `what` in Redis, then tells every node; in the background, insisting.
+    fn revoke(&self, op: &'static str, what: Revoked) {
+        let core = self.core.clone();
         self.spawn(op, true, self.op_timeout, move |mut conn| {
-            let (mut keys, members_of) = (keys.clone(), members_of.clone());
-            let (channel, payload) = (channel.clone(), payload.clone());
+            let (core, what) = (core.clone(), what.clone());
             async move {
-                if let Some(index) = members_of {
-                    let members: Vec<String> = redis::cmd("SMEMBERS")
-                        .arg(&index)
-                        .query_async(&mut conn)
-                        .await?;
-                    keys.extend(members);
-                }
-                // One DEL; on a cluster the crate splits it by slot.
-                redis::cmd("DEL")
-                    .arg(&keys)
-                    .query_async::<()>(&mut conn)
-                    .await?;
-                redis::cmd("PUBLISH")
-                    .arg(&channel)
-                    .arg(&payload)
-                    .query_async::<()>(&mut conn)
-                    .await
+                let what = core.revoke(&mut conn, what).await?;
+                core.tell(&mut conn, what).await
             }
         });
+    }
+}
+
+impl Core {
+    /// Revokes `what` in Redis: tombstones and deletes at the current generation (read first if
+    /// this node has not yet), or moves to the next one. What to tell the other nodes.
+    async fn revoke(&self, conn: &mut Conn, what: Revoked) -> RedisResult<Revoked> {
+        if let Revoked::All { .. } = what {
+            let generation: u64 = redis::cmd("INCR")
+                .arg(self.keys.generation())
+                .query_async(conn)
+                .await?;
+            self.generation
+                .fetch_max(generation, std::sync::atomic::Ordering::AcqRel);
+            return Ok(Revoked::All { generation });
+        }
+        let generation = match self.generation() {
+            Some(generation) => generation,
+            None => {
+                let stored: Option<u64> = redis::cmd("GET")
+                    .arg(self.keys.generation())
+                    .query_async(conn)
+                    .await?;
+                let stored = stored.unwrap_or(0);
+                let known = self.generation.compare_exchange(
+                    super::UNKNOWN,
+                    stored,
+                    std::sync::atomic::Ordering::AcqRel,
+                    std::sync::atomic::Ordering::Acquire,
+                );
+                // Ours, or what the reader or an `invalidate_all` stored meanwhile.
+                known.map_or_else(|current| current, |_| stored)
+            }
+        };
+        let ttl = self.tombstone_ms();
+        let doomed = match &what {
+            Revoked::Token { digest, .. } => vec![digest.clone()],
+            Revoked::User { endpoint, user_id } => {
+                let keys = self.user_index_keys(generation, endpoint, *user_id, None);
+                self.scripts.revoke_user(conn, &keys, ttl).await?
+            }
+            Revoked::Session {
+                endpoint,
+                user_id,
+                session,
+            } => {
+                let keys = self.user_index_keys(generation, endpoint, *user_id, Some(session));
+                let tombstone = keys.session.as_deref().unwrap_or_default();
+                let digests = (self.scripts)
+                    .revoke_session(conn, &keys.index, tombstone, ttl)
+                    .await?;
+                self.of_session(conn, generation, digests, session).await?
+            }
+            Revoked::All { .. } => unreachable!("moved to the next generation above"),
+        };
+        for digest in &doomed {
+            let key = self.keys.token(generation, digest);
+            let tombstone = self.keys.token_tombstone(generation, digest);
+            self.scripts
+                .revoke_token(conn, &key, &tombstone, ttl)
+                .await?;
+        }
+        Ok(what)
+    }
+
+    /// The names of a user's index and tombstones, with `session`'s tombstone when given.
+    pub(super) fn user_index_keys(
+        &self,
+        generation: u64,
+        endpoint: &str,
+        user: i64,
+        session: Option<&str>,
+    ) -> UserKeys {
+        let by_user = user_digest(&self.mac, endpoint, user);
+        UserKeys {
+            index: self.keys.user_index(generation, &by_user),
+            tombstone: self.keys.user_tombstone(generation, &by_user),
+            session: session.map(|session| {
+                let by_session = session_digest(&self.mac, endpoint, session);
+                self.keys
+                    .session_tombstone(generation, &by_user, &by_session)
+            }),
+        }
+    }
+
+    /// Of `digests` (a user's tokens), those of `session`, and those without an entry yet (a
+    /// write under way, which may be the session's).
+    async fn of_session(
+        &self,
+        conn: &mut Conn,
+        generation: u64,
+        digests: Vec<String>,
+        session: &str,
+    ) -> RedisResult<Vec<String>> {
+        let mut doomed = Vec::new();
+        for digest in digests {
+            let key = self.keys.token(generation, &digest);
+            let value: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query_async(conn).await?;
+            let of_session = value.is_none_or(|value| {
+                SharedEntry::open(&self.mac, &key, &value).is_ok_and(
+                    |e| matches!(e, SharedEntry::User(u) if u.session() == Some(session)),
+                )
+            });
+            if of_session {
+                doomed.push(digest);
+            }
+        }
+        Ok(doomed)
+    }
+
+    /// Tells every node `what` on the stream, which keeps the last `stream_len` revocations.
+    async fn tell(&self, conn: &mut Conn, what: Revoked) -> RedisResult<()> {
+        let message = Message {
+            node: format!("{:016x}", self.node),
+            what,
+        };
+        let payload = serde_json::to_string(&message).unwrap_or_default();
+        redis::cmd("XADD")
+            .arg(self.keys.stream())
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(self.stream_len)
+            .arg("*")
+            .arg("m")
+            .arg(payload)
+            .query_async::<()>(conn)
+            .await
     }
 }

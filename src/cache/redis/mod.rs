@@ -1,34 +1,39 @@
 //! The shared tier on Redis (feature `redis`), behind the local one, shared by the game-server
-//! nodes of one title: answers one node got from the API serve the others, and invalidations on
+//! nodes of one title: answers one node got from the API serve the others, and revocations on
 //! one node reach all of them.
 //!
-//! What it owns: the Redis keys and values, their derivation, the invalidation channel and its
-//! subscriber, and keeping Redis off the critical path. Every Redis operation runs under
+//! What it owns: the Redis keys and values, their derivation, the revocation stream and its
+//! reader, and keeping Redis off the critical path. Every Redis operation runs under
 //! [`RedisTier::op_timeout`]; a failed one counts in `token_resolver_shared_cache_errors_total`,
 //! makes the tier stand aside for a second, and never fails a resolution: the node falls back
 //! to its local cache and the API. What to cache and for how long stays the resolver's call;
 //! when to ask this tier is [`Tiers`](super::Tiers)'s.
 //!
-//! No token reaches Redis: keys are `prefix + hex(HMAC-SHA256(secret, endpoint 0x00 token))`,
-//! values hold only the user's id, name and extra fields (or the rejection's status), and the
-//! expiry is Redis's own TTL.
+//! No token reaches Redis: keys name tokens, users and sessions by HMACs of the tier's secret,
+//! values hold only the user's id, name and extra fields (or the rejection's status) sealed
+//! with a MAC of the same secret, and the expiry is Redis's own TTL. A value the MAC does not
+//! match (forged, altered, moved) is a miss and a warning, never a user.
+//!
+//! A revocation wins every race with a write: it leaves a tombstone (of the token, the user or
+//! the session) before it deletes, and a write is a Lua script that refuses to store under a
+//! tombstone, so an answer fetched before a revocation is never written after it, by any node.
+//! `invalidate_all` moves the tier to a new generation of keys with one `INCR`.
 //!
 //! - `tier`: [`RedisTier`], the configuration; `error`: [`RedisTierError`].
 //! - `connect`: the connection forms (one server, Sentinel, Cluster); `conn`: one connection
 //!   whatever the form.
-//! - `entry`: values and key digests.
-//! - `invalidation`: deleting and telling the other nodes; `subscriber`: hearing them.
+//! - `entry`: values, their seal, and the names of keys.
+//! - `invalidation`: revoking in Redis and telling the other nodes; `subscriber`: hearing them,
+//!   on a Redis Stream read from where this node left off.
 //!
-//! Key layout, the same on every form (on a cluster each key lives in its own slot):
-//! `<prefix>tok:<digest>` (a string with a TTL) and `<prefix>user:<digest>` (a set of a user's
-//! token keys, for `invalidate_user`). No command needs two keys in one slot: see
-//! `docs/redis.md`.
+//! See `docs/redis.md` for the key layout and why no script needs two slots on a cluster.
 
 mod conn;
 mod connect;
 mod entry;
 mod error;
 mod invalidation;
+mod scripts;
 mod subscriber;
 mod tier;
 
@@ -43,35 +48,71 @@ use sha2::Sha256;
 pub use error::RedisTierError;
 pub use tier::RedisTier;
 
+use super::local::Fingerprint;
 use super::{Cached, TokenFingerprint};
+use crate::auth_url::Endpoint;
 use crate::error::ConfigError;
 use crate::telemetry;
 use conn::Conn;
 use connect::Backend;
-use entry::{hex, token_digest, SharedEntry};
+use entry::{token_digest, Keys, SharedEntry};
+use scripts::Scripts;
 
 /// How long the tier stands aside after a Redis error before trying again.
 const BACK_OFF: Duration = Duration::from_secs(1);
+
+/// The generation before the reader has read it from Redis: the tier is not used until then,
+/// since keys of an older generation hold what `invalidate_all` revoked.
+const UNKNOWN: u64 = u64::MAX;
 
 /// The shared tier of one resolver.
 pub(crate) struct SharedCache {
     /// The connection form and its connection.
     backend: Arc<Backend>,
-    mac: Hmac<Sha256>,
-    prefix: String,
-    channel: String,
+    /// What background work needs too: names, the seal, the scripts, the generation.
+    core: Arc<Core>,
     op_timeout: Duration,
     /// How long a user's index of keys lives: the longest any answer is kept (`cache_ttl`).
     index_ttl: Duration,
     /// Errors so far, and the rest after the last one; shared with background writes.
     health: Arc<Health>,
-    /// The channel subscriber, started on first use.
+    /// The stream reader, started on first use.
     subscriber: OnceLock<tokio::task::JoinHandle<()>>,
-    /// The runtime the subscriber runs on: background work started from a thread outside any
+    /// The runtime the reader runs on: background work started from a thread outside any
     /// runtime (an admin thread calling `invalidate`) runs there.
     runtime: OnceLock<tokio::runtime::Handle>,
+    /// Whether the reader is caught up and its connection answers.
     subscribed: Arc<AtomicBool>,
     hits: AtomicU64,
+}
+
+/// What the tier's background work (writes, revocations, the stream reader) shares with it.
+struct Core {
+    mac: Hmac<Sha256>,
+    keys: Keys,
+    /// The Lua scripts that write and revoke.
+    scripts: Scripts,
+    /// The tier's generation, [`UNKNOWN`] until the reader has read it.
+    generation: AtomicU64,
+    /// How long a tombstone, and an insisting revocation, lasts: at least as long as any
+    /// answer it could be about is kept.
+    tombstone_ttl: Duration,
+    /// Revocations the stream keeps for nodes catching up.
+    stream_len: u64,
+    /// This node in the revocations it writes, so that its reader skips them.
+    node: u64,
+}
+
+impl Core {
+    /// The generation the tier is at, once the reader has read it.
+    fn generation(&self) -> Option<u64> {
+        Some(self.generation.load(Ordering::Acquire)).filter(|&g| g != UNKNOWN)
+    }
+
+    /// A tombstone's lifetime, in milliseconds.
+    fn tombstone_ms(&self) -> u64 {
+        self.tombstone_ttl.as_millis().max(1) as u64
+    }
 }
 
 /// Failures of the tier: counted, logged (without secrets) and followed by a rest.
@@ -84,7 +125,7 @@ struct Health {
 impl fmt::Debug for SharedCache {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SharedCache")
-            .field("prefix", &self.prefix)
+            .field("keys", &self.core.keys)
             .field("subscribed", &self.subscribed.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
@@ -116,9 +157,15 @@ impl SharedCache {
         let mac = Hmac::<Sha256>::new_from_slice(&tier.secret).expect("HMAC takes any key length");
         Ok(SharedCache {
             backend: Arc::new(backend),
-            mac,
-            channel: format!("{}invalidate", tier.key_prefix),
-            prefix: tier.key_prefix,
+            core: Arc::new(Core {
+                mac,
+                keys: Keys::new(&tier.key_prefix),
+                scripts: Scripts::new(),
+                generation: AtomicU64::new(UNKNOWN),
+                tombstone_ttl: index_ttl.max(Duration::from_secs(60)),
+                stream_len: tier.stream_len,
+                node: fastrand::u64(..),
+            }),
             op_timeout: tier.op_timeout,
             index_ttl,
             health: Arc::new(Health {
@@ -134,12 +181,21 @@ impl SharedCache {
 
     /// The hex HMAC naming (endpoint, token).
     fn digest(&self, endpoint: &str, token: impl AsRef<[u8]>) -> String {
-        token_digest(&self.mac, endpoint, token.as_ref())
+        token_digest(&self.core.mac, endpoint, token.as_ref())
     }
 
     /// The name revocations give (endpoint, token): the same HMAC on every node.
     pub(crate) fn fingerprint(&self, endpoint: &str, token: &str) -> TokenFingerprint {
         TokenFingerprint::from_digest(self.digest(endpoint, token))
+    }
+
+    /// A token's fingerprint in the local index and revocation log: the first eight bytes of
+    /// the same HMAC, so that another node's revocation names what this node indexed.
+    pub(crate) fn token_fingerprint(&self) -> Fingerprint {
+        let mac = self.core.mac.clone();
+        Arc::new(move |endpoint: &Endpoint, token: &[u8]| {
+            entry::token_fingerprint(&mac, endpoint.as_str(), token)
+        })
     }
 
     /// Local misses answered here, and operations that failed.
@@ -148,18 +204,6 @@ impl SharedCache {
             self.hits.load(Ordering::Relaxed),
             self.health.errors.load(Ordering::Relaxed),
         )
-    }
-
-    fn user_index(&self, endpoint: &str, user_id: i64) -> String {
-        let mut mac = self.mac.clone();
-        mac.update(endpoint.as_bytes());
-        mac.update(&[0]);
-        mac.update(&user_id.to_be_bytes());
-        format!("{}user:{}", self.prefix, hex(&mac.finalize().into_bytes()))
-    }
-
-    fn key(&self, digest: &str) -> String {
-        format!("{}tok:{digest}", self.prefix)
     }
 
     /// Runs one Redis operation on the resolve path under the deadline; `None` when Redis is
@@ -177,9 +221,16 @@ impl SharedCache {
     }
 
     /// The shared answer for (endpoint, token), fresh for what it has left in Redis, if Redis
-    /// has one: a `GET` and a `PTTL`, sent together.
+    /// has one under this tier's seal: a `GET` and a `PTTL`, sent together.
     pub(crate) async fn get(&self, endpoint: &str, token: &str) -> Option<Cached> {
-        let key = self.key(&self.digest(endpoint, token));
+        let generation = match self.core.generation() {
+            Some(generation) => generation,
+            None => self.load_generation().await?,
+        };
+        let key = self
+            .core
+            .keys
+            .token(generation, &self.digest(endpoint, token));
         let (value, pttl): (Option<Vec<u8>>, i64) = self
             .run("get", |mut conn| {
                 let (key, mut other) = (key.clone(), conn.clone());
@@ -200,11 +251,12 @@ impl SharedCache {
             metrics::counter!(telemetry::SHARED_CACHE_MISSES_TOTAL).increment(1);
             return None;
         };
-        let Some(entry) = SharedEntry::decode(&value) else {
-            self.health.failed(
-                "decode",
-                "a value in Redis is not an answer this crate wrote",
-            );
+        let Ok(entry) = SharedEntry::open(&self.core.mac, &key, &value) else {
+            // Counted, but no rest: a value someone planted must not take the tier away.
+            self.health.errors.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!(telemetry::SHARED_CACHE_ERRORS_TOTAL, "op" => "unsealed")
+                .increment(1);
+            tracing::warn!("a value in Redis is not sealed with this tier's secret: ignored");
             return None;
         };
         let left = Duration::from_millis(u64::try_from(pttl).ok().filter(|&ms| ms > 0)?);
@@ -213,57 +265,75 @@ impl SharedCache {
         Some(entry.cached(left))
     }
 
-    /// Stores an answer for what is left of its freshness, in the background; a user's key
-    /// joins its user index so that `invalidate_user` finds it.
-    ///
-    /// Every command here, as in [`get`](Self::get), goes on its own but at once: the
-    /// multiplexed connection still writes them back to back, and on a cluster each is routed
-    /// (and redirected during a resharding, where `ASKING` covers one command, not a pipeline)
-    /// by its own key.
+    /// The tier's generation, read from Redis before the reader has: the first look-ups of a
+    /// node need it to know which keys hold answers.
+    async fn load_generation(&self) -> Option<u64> {
+        let key = self.core.keys.generation();
+        let generation: Option<u64> = self
+            .run("generation", |mut conn| {
+                let key = key.clone();
+                async move { redis::cmd("GET").arg(&key).query_async(&mut conn).await }
+            })
+            .await?;
+        let generation = generation.unwrap_or(0);
+        // The reader, or an `invalidate_all` of this node, may have known better meanwhile.
+        let known = self.core.generation.compare_exchange(
+            UNKNOWN,
+            generation,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        Some(known.map_or_else(|known| known, |_| generation))
+    }
+
+    /// Stores an answer for what is left of its freshness, in the background, unless a
+    /// tombstone of its token, its user or its session says it was revoked: a user's entry
+    /// first joins its user's index (refused under the user's or the session's tombstone), then
+    /// is written (refused under the token's).
     pub(crate) fn put(&self, endpoint: &str, token: &str, cached: &Cached) {
+        let Some(generation) = self.core.generation() else {
+            return;
+        };
         if self.health.is_resting() {
             return;
         }
-        let (entry, ttl) = (SharedEntry::of(cached), cached.fresh_until().left());
-        let key = self.key(&self.digest(endpoint, token));
-        let mut set = redis::cmd("SET");
-        set.arg(&key)
-            .arg(entry.encode())
-            .arg("PX")
-            .arg(ttl.as_millis().max(1) as u64);
-        let index = match &entry {
-            SharedEntry::User(user) => Some(self.user_index(endpoint, user.id)),
-            SharedEntry::Rejected(_) => None,
+        let core = &self.core;
+        let digest = self.digest(endpoint, token);
+        let key = core.keys.token(generation, &digest);
+        let tombstone = core.keys.token_tombstone(generation, &digest);
+        let value = SharedEntry::of(cached).seal(&core.mac, &key);
+        let ttl = cached.fresh_until().left().as_millis().max(1) as u64;
+        let indexed = match cached {
+            Cached::User { user, .. } => {
+                Some(core.user_index_keys(generation, endpoint, user.id, user.session()))
+            }
+            Cached::Rejected { .. } => None,
         };
         let index_ttl = self.index_ttl.as_millis().max(1) as u64;
-        self.spawn("put", false, self.op_timeout, move |conn| {
-            let (set, index, key) = (set.clone(), index.clone(), key.clone());
-            let mut conns = [conn.clone(), conn.clone(), conn];
+        let core = self.core.clone();
+        self.spawn("put", false, self.op_timeout, move |mut conn| {
+            let (core, indexed, digest) = (core.clone(), indexed.clone(), digest.clone());
+            let (key, tombstone, value) = (key.clone(), tombstone.clone(), value.clone());
             async move {
-                let [c1, c2, c3] = &mut conns;
-                let indexed = async {
-                    let Some(index) = index else { return Ok(()) };
-                    let (mut add, mut expire) = (redis::cmd("SADD"), redis::cmd("PEXPIRE"));
-                    add.arg(&index).arg(&key);
-                    expire.arg(&index).arg(index_ttl);
-                    let (added, expired) = futures_util::future::join(
-                        add.query_async::<()>(c2),
-                        expire.query_async::<()>(c3),
-                    )
-                    .await;
-                    added.and(expired)
-                };
-                let (stored, indexed) =
-                    futures_util::future::join(set.query_async::<()>(c1), indexed).await;
-                stored.and(indexed)
+                if let Some(user) = &indexed {
+                    if !core
+                        .scripts
+                        .join_index(&mut conn, user, &digest, index_ttl)
+                        .await?
+                    {
+                        return Ok(());
+                    }
+                }
+                let written = core.scripts.write(&mut conn, &key, &tombstone, &value, ttl);
+                written.await.map(|_| ())
             }
         });
     }
 
     /// Runs a write in the background, each try within `timeout`. A cache write (`insist`
-    /// false) is skipped while Redis rests and tried once; an invalidation (`insist` true) is
-    /// tried until it succeeds or [`INSIST_FOR`] passes, since a lost one leaves other nodes
-    /// serving what was revoked. Called outside a runtime, it runs on the subscriber's; with
+    /// false) is skipped while Redis rests and tried once; a revocation (`insist` true) is
+    /// tried until it succeeds or its tombstone's lifetime passes, since a lost one leaves other
+    /// nodes serving what was revoked. Called outside a runtime, it runs on the reader's; with
     /// neither (this node has resolved nothing yet) it is skipped, with a warning.
     fn spawn<Fut>(
         &self,
@@ -285,8 +355,9 @@ impl SharedCache {
             return;
         };
         let (backend, health) = (self.backend.clone(), self.health.clone());
+        let insist_for = self.core.tombstone_ttl;
         runtime.spawn(async move {
-            let deadline = Instant::now() + INSIST_FOR;
+            let deadline = Instant::now() + insist_for;
             let mut pause = Duration::from_millis(50);
             while attempt(&backend, &health, timeout, op, &work)
                 .await
@@ -300,9 +371,6 @@ impl SharedCache {
         });
     }
 }
-
-/// How long an invalidation keeps trying to reach Redis.
-const INSIST_FOR: Duration = Duration::from_secs(10);
 
 /// One operation: a connection, then `work` on it, all within `timeout`; a failure is
 /// counted, logged and rested on, and tells the backend its connection may be gone. When the

@@ -1,40 +1,80 @@
-//! The subscriber: one task per resolver that listens on the `<prefix>invalidate` channel and
-//! applies every other node's invalidations to this node's local tier.
+//! The reader: one task per resolver that reads the revocation stream (`<prefix>revocations`, a
+//! Redis Stream) from where this node left off and applies every other node's revocations to
+//! the local tier.
 //!
-//! The channel is plain pub/sub on every form. On a cluster a `PUBLISH` reaches every node over
-//! the cluster bus, so the subscriber listens on any one configured node and moves to the next
-//! when that one goes; sharded pub/sub would pin the channel to one shard and make the
-//! subscriber chase that shard through failovers and resharding, for a channel that carries a
-//! few messages a minute. Behind Sentinel it listens on the master the sentinels name, and
-//! follows a failover by asking them again.
+//! A stream rather than pub/sub, so that a node that was cut off catches up on exactly what it
+//! missed: it reads again from the last entry it applied. Only when the stream no longer holds
+//! that entry's successors (it keeps [`RedisTier::stream_len`](super::RedisTier::stream_len)
+//! revocations, or Redis lost its data) does the node empty its cache and tell its subscribers
+//! to re-check what they hold ([`Revocation::Recheck`]).
 //!
-//! A node that is not subscribed when a message is published misses it, so a subscriber that
-//! re-subscribes empties its local tier and tells the revocation subscribers to re-check
-//! what they hold.
+//! The reads block for [`BLOCK`] at most, so an idle stream still answers every [`BLOCK`]: a
+//! read that gets no answer within [`SILENCE`] means the connection is gone without a word (a
+//! half-open link: a crashed host, a dropped NAT entry), and the reader connects again and
+//! catches up. On a cluster the stream lives on the master that owns its slot; the reader has a
+//! connection of its own, which follows the slot through failovers.
 
 use std::sync::atomic::Ordering;
-use std::sync::Weak;
-use std::time::Duration;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures_util::StreamExt;
+use redis::streams::{StreamRangeReply, StreamReadReply};
+use redis::RedisResult;
 
-use super::invalidation::Invalidation;
-use super::SharedCache;
-use crate::cache::Local;
+use super::conn::Conn;
+use super::connect::READ_RESPONSE_TIMEOUT;
+use super::invalidation::Message;
+use super::{Core, SharedCache};
+use crate::cache::local::Local;
+use crate::cache::Revocation;
 use crate::telemetry;
 
-/// Longest pause between attempts to re-subscribe to the invalidation channel.
-const MAX_RESUBSCRIBE_DELAY: Duration = Duration::from_secs(2);
+/// How long one read of the stream waits for a revocation before it answers empty.
+pub(super) const BLOCK: Duration = Duration::from_secs(1);
+
+/// How long a read may go unanswered before the connection counts as lost.
+const SILENCE: Duration = Duration::from_secs(3);
+
+/// Longest pause between attempts to read the stream again after losing it.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
+
+/// Entries taken per read.
+const BATCH: usize = 256;
+
+/// Where the first read starts, before this node's start: revocations made while it was
+/// starting are applied, whatever the clocks of the node and of Redis say.
+const START_SLACK: Duration = Duration::from_secs(5);
+
+/// A position in the stream: an entry's id (`<ms>-<seq>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Position(u64, u64);
+
+impl Position {
+    fn parse(id: &str) -> Option<Position> {
+        let (ms, seq) = id.split_once('-')?;
+        Some(Position(ms.parse().ok()?, seq.parse().ok()?))
+    }
+
+    fn id(self) -> String {
+        format!("{}-{}", self.0, self.1)
+    }
+}
+
+/// Why a reading session ended.
+enum Ended {
+    /// The resolver is gone: stop.
+    Gone,
+    /// The connection failed or fell silent: connect again.
+    Lost(String),
+}
 
 impl SharedCache {
-    /// Whether the invalidation subscriber is listening now.
+    /// Whether the reader is caught up and its connection answers now.
     pub(crate) fn is_subscribed(&self) -> bool {
         self.subscribed.load(Ordering::Acquire)
     }
 
-    /// Starts, once, the task that applies other nodes' invalidations to `local`. It
-    /// re-subscribes after Redis restarts or fails over; since messages sent meanwhile are
-    /// lost, `local` is emptied after every re-subscription.
+    /// Starts, once, the task that applies other nodes' revocations to `local`.
     pub(crate) fn start_subscriber(&self, local: Weak<Local>) {
         if self.subscriber.get().is_some() {
             return;
@@ -43,69 +83,260 @@ impl SharedCache {
             return;
         };
         let _ = self.runtime.set(runtime.clone());
-        let mac = self.mac.clone();
-        let resubscribed = local.clone();
-        let apply = move |invalidation: Invalidation| {
-            if let Some(local) = local.upgrade() {
-                invalidation.apply(&local, &mac);
-            }
+        let since_start = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_sub(START_SLACK);
+        let reader = Reader {
+            backend: self.backend.clone(),
+            core: self.core.clone(),
+            subscribed: self.subscribed.clone(),
+            local,
+            last: Position(since_start.as_millis() as u64, 0),
+            read_any: false,
         };
-        let backend = self.backend.clone();
-        let channel = self.channel.clone();
-        let subscribed = self.subscribed.clone();
-        let timeout = self.op_timeout * 20;
-        let _ = self.subscriber.set(runtime.spawn(async move {
-            let mut delay = Duration::from_millis(50);
-            let mut first = true;
-            for attempt in 0usize.. {
-                let connected = tokio::time::timeout(timeout, async {
-                    let mut pubsub = backend.pubsub(attempt).await?;
-                    pubsub.subscribe(&channel).await?;
-                    redis::RedisResult::Ok(pubsub)
-                })
-                .await;
-                let pubsub = match connected {
-                    Ok(Ok(pubsub)) => pubsub,
-                    Ok(Err(e)) => {
-                        let detail = super::error::describe(&e);
-                        tracing::debug!(detail, "cannot subscribe to the invalidation channel yet");
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(MAX_RESUBSCRIBE_DELAY);
-                        continue;
+        let _ = self.subscriber.set(runtime.spawn(reader.run()));
+    }
+}
+
+/// The reading task's state.
+struct Reader {
+    backend: Arc<super::connect::Backend>,
+    core: Arc<Core>,
+    subscribed: Arc<std::sync::atomic::AtomicBool>,
+    local: Weak<Local>,
+    /// The last entry applied (or, before the first read, where reading starts).
+    last: Position,
+    /// Whether `last` is an entry this reader read (rather than where it started).
+    read_any: bool,
+}
+
+impl Reader {
+    async fn run(mut self) {
+        let mut delay = Duration::from_millis(50);
+        loop {
+            match self.session().await {
+                Ended::Gone => return,
+                Ended::Lost(detail) => {
+                    if self.subscribed.swap(false, Ordering::AcqRel) {
+                        metrics::counter!(telemetry::SHARED_CACHE_CHANNEL_LOSSES_TOTAL)
+                            .increment(1);
+                        tracing::warn!(
+                            detail,
+                            "lost the shared cache's revocation stream; reading it again"
+                        );
+                    } else {
+                        tracing::debug!(detail, "cannot read the revocation stream yet");
                     }
-                    Err(_) => {
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(MAX_RESUBSCRIBE_DELAY);
-                        continue;
-                    }
-                };
-                if !first {
-                    if let Some(local) = resubscribed.upgrade() {
-                        local.resync();
-                    }
+                    self.backend.lost(None);
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(MAX_RECONNECT_DELAY);
                 }
-                first = false;
-                delay = Duration::from_millis(50);
-                subscribed.store(true, Ordering::Release);
-                let mut messages = pubsub.into_on_message();
-                while let Some(msg) = messages.next().await {
-                    match msg
-                        .get_payload::<String>()
-                        .ok()
-                        .and_then(|p| serde_json::from_str(&p).ok())
-                    {
-                        Some(invalidation) => apply(invalidation),
-                        None => tracing::warn!("ignoring a malformed invalidation message"),
-                    }
-                }
-                subscribed.store(false, Ordering::Release);
-                // The server went: behind Sentinel the master may be another one now.
-                backend.lost(None);
-                metrics::counter!(telemetry::SHARED_CACHE_ERRORS_TOTAL, "op" => "subscribe")
-                    .increment(1);
-                tracing::warn!("lost the shared cache invalidation channel; re-subscribing");
-                tokio::time::sleep(delay).await;
             }
-        }));
+            if self.subscribed.load(Ordering::Acquire) {
+                delay = Duration::from_millis(50);
+            }
+        }
+    }
+
+    /// One connection's life: connect, catch up, then read until the connection fails, falls
+    /// silent, or the resolver is gone.
+    async fn session(&mut self) -> Ended {
+        let connected = tokio::time::timeout(SILENCE, self.backend.reader(READ_RESPONSE_TIMEOUT));
+        let mut conn = match connected.await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Ended::Lost(super::error::describe(&e)),
+            Err(_) => return Ended::Lost("no connection".to_owned()),
+        };
+        match tokio::time::timeout(SILENCE, self.catch_up(&mut conn)).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => return Ended::Gone,
+            Ok(Err(e)) => return Ended::Lost(super::error::describe(&e)),
+            Err(_) => return Ended::Lost("silent while catching up".to_owned()),
+        }
+        self.subscribed.store(true, Ordering::Release);
+        loop {
+            let read = tokio::time::timeout(SILENCE, self.read(&mut conn)).await;
+            match read {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => return Ended::Gone,
+                Ok(Err(e)) => return Ended::Lost(super::error::describe(&e)),
+                Err(_) => return Ended::Lost(format!("no answer within {SILENCE:?}")),
+            }
+        }
+    }
+
+    /// Reads the tier's generation, and empties the local tier if the stream no longer holds
+    /// what came after the last entry applied; `false` when the resolver is gone.
+    async fn catch_up(&mut self, conn: &mut Conn) -> RedisResult<bool> {
+        let generation: Option<u64> = redis::cmd("GET")
+            .arg(self.core.keys.generation())
+            .query_async(conn)
+            .await?;
+        self.core
+            .generation
+            .store(generation.unwrap_or(0), Ordering::Release);
+        let gap = self.missed(conn).await?;
+        if !gap {
+            return Ok(true);
+        }
+        let Some(local) = self.local.upgrade() else {
+            return Ok(false);
+        };
+        let newest: StreamRangeReply = redis::cmd("XREVRANGE")
+            .arg(self.core.keys.stream())
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(conn)
+            .await?;
+        if let Some(newest) = newest.ids.first().and_then(|e| Position::parse(&e.id)) {
+            self.last = self.last.max(newest);
+        }
+        metrics::counter!(telemetry::SHARED_CACHE_RESYNCS_TOTAL).increment(1);
+        tracing::warn!(
+            "revocations may have been missed while the stream was out of reach: \
+             the local cache is emptied and sessions re-check their tokens"
+        );
+        local.revoke_all(Revocation::Recheck);
+        Ok(true)
+    }
+
+    /// Whether the stream no longer holds every entry after the last one applied: Redis
+    /// trimmed some (its `max-deleted-entry-id` is past it), or lost the stream (it is gone,
+    /// or it no longer holds the last entry applied though nothing after it was deleted).
+    /// Before Redis 7, which does not say what it deleted, an oldest entry newer than the last
+    /// one applied counts as a gap too.
+    async fn missed(&self, conn: &mut Conn) -> RedisResult<bool> {
+        let info: redis::Value = match redis::cmd("XINFO")
+            .arg("STREAM")
+            .arg(self.core.keys.stream())
+            .query_async(conn)
+            .await
+        {
+            Ok(info) => info,
+            // No such key: nothing was ever told, or Redis lost it.
+            Err(e)
+                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) =>
+            {
+                return Ok(self.read_any)
+            }
+            Err(e) => return Err(e),
+        };
+        let field = |name: &str| stream_info_id(&info, name);
+        if let Some(deleted) = field("max-deleted-entry-id") {
+            if deleted > self.last {
+                return Ok(true);
+            }
+            if !self.read_any || deleted == self.last {
+                return Ok(false);
+            }
+            let last: StreamRangeReply = redis::cmd("XRANGE")
+                .arg(self.core.keys.stream())
+                .arg(self.last.id())
+                .arg(self.last.id())
+                .query_async(conn)
+                .await?;
+            return Ok(last.ids.is_empty());
+        }
+        Ok(field("recorded-first-entry-id")
+            .or_else(|| first_entry_id(&info))
+            .is_some_and(|first| first > self.last))
+    }
+
+    /// One read: waits up to [`BLOCK`] for revocations after the last one applied, and applies
+    /// those of other nodes; `false` when the resolver is gone.
+    async fn read(&mut self, conn: &mut Conn) -> RedisResult<bool> {
+        let reply: Option<StreamReadReply> = redis::cmd("XREAD")
+            .arg("COUNT")
+            .arg(BATCH)
+            .arg("BLOCK")
+            .arg(BLOCK.as_millis() as u64)
+            .arg("STREAMS")
+            .arg(self.core.keys.stream())
+            .arg(self.last.id())
+            .query_async(conn)
+            .await?;
+        let Some(local) = self.local.upgrade() else {
+            return Ok(false);
+        };
+        let me = format!("{:016x}", self.core.node);
+        let entries = reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids);
+        for entry in entries {
+            if let Some(position) = Position::parse(&entry.id) {
+                self.last = position;
+                self.read_any = true;
+            }
+            let message = entry
+                .get::<String>("m")
+                .and_then(|m| serde_json::from_str::<Message>(&m).ok());
+            match message {
+                Some(message) if message.node == me => {}
+                Some(message) => {
+                    if let super::invalidation::Revoked::All { generation } = &message.what {
+                        self.core
+                            .generation
+                            .fetch_max(*generation, Ordering::AcqRel);
+                    }
+                    message.what.apply(&local, &self.core.mac);
+                }
+                None => tracing::warn!("ignoring a malformed revocation on the stream"),
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// The entry id `XINFO STREAM` gives under `name` (a flat list or a map of fields).
+fn stream_info_id(info: &redis::Value, name: &str) -> Option<Position> {
+    let fields: Vec<(String, redis::Value)> = match info {
+        redis::Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|pair| match pair {
+                [k, v] => Some((redis::from_redis_value_ref(k).ok()?, v.clone())),
+                _ => None,
+            })
+            .collect(),
+        redis::Value::Map(pairs) => pairs
+            .iter()
+            .filter_map(|(k, v)| Some((redis::from_redis_value_ref(k).ok()?, v.clone())))
+            .collect(),
+        _ => return None,
+    };
+    let (_, value) = fields.into_iter().find(|(k, _)| k == name)?;
+    let id: String = redis::from_redis_value(value).ok()?;
+    Position::parse(&id)
+}
+
+/// The id of `XINFO STREAM`'s `first-entry`, for a Redis that does not say what it deleted.
+fn first_entry_id(info: &redis::Value) -> Option<Position> {
+    let redis::Value::Array(items) = info else {
+        return None;
+    };
+    let at = items
+        .iter()
+        .position(|v| redis::from_redis_value_ref::<String>(v).is_ok_and(|k| k == "first-entry"))?;
+    let redis::Value::Array(entry) = items.get(at + 1)? else {
+        return None;
+    };
+    let id: String = redis::from_redis_value_ref(entry.first()?).ok()?;
+    Position::parse(&id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_order_as_the_stream_does() {
+        let (a, b) = (
+            Position::parse("1700-5").unwrap(),
+            Position::parse("1701-0").unwrap(),
+        );
+        assert!(a < b);
+        assert!(Position::parse("1700-6").unwrap() > a);
+        assert_eq!(a.id(), "1700-5");
+        assert_eq!(Position::parse("nope"), None);
     }
 }

@@ -51,6 +51,8 @@ pub struct RedisTier {
     pub(super) secret: Vec<u8>,
     /// Deadline for each Redis operation.
     pub(super) op_timeout: Duration,
+    /// Revocations the stream keeps for nodes that were cut off to catch up on.
+    pub(super) stream_len: u64,
     /// PEM of the CA that signed the servers' certificates, for `rediss://` with a private CA.
     pub(super) root_certificate: Option<Vec<u8>>,
     /// ACL user for the data nodes where their URL names none.
@@ -80,6 +82,7 @@ impl RedisTier {
             key_prefix: "token-resolver:".to_owned(),
             secret: secret.to_vec(),
             op_timeout: Duration::from_millis(50),
+            stream_len: 100_000,
             root_certificate: None,
             username: None,
             password: None,
@@ -175,6 +178,17 @@ impl RedisTier {
     pub fn op_timeout(self, timeout: Duration) -> Self {
         RedisTier {
             op_timeout: timeout,
+            ..self
+        }
+    }
+
+    /// How many revocations the tier's stream keeps (approximately: Redis trims it in whole
+    /// blocks): a node cut off from Redis catches up on exactly what it missed when it comes
+    /// back within that many, and empties its cache and re-checks its sessions when it comes
+    /// back later. Default: 100 000, a few MB of Redis memory.
+    pub fn stream_len(self, revocations: u64) -> Self {
+        RedisTier {
+            stream_len: revocations.max(1),
             ..self
         }
     }

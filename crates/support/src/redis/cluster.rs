@@ -148,6 +148,11 @@ impl RedisCluster {
         self.keys("*").len()
     }
 
+    /// Answers the shared tier holds on every master: its token entries.
+    pub fn entry_count(&self) -> usize {
+        self.keys("*:tok:*").len()
+    }
+
     /// The index of the master that owns `key`'s slot now.
     pub fn owner_of(&self, key: &str) -> usize {
         let slot = self.slot_of(key);

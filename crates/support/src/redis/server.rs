@@ -130,29 +130,40 @@ impl RedisServer {
         self.launch();
     }
 
-    /// Every key, with its value (strings) or members (sets), as bytes.
+    /// Every key, with its value (strings), members (sets) or entries' fields and values
+    /// (streams), as bytes.
     pub fn dump(&self) -> Vec<(Vec<u8>, Vec<Vec<u8>>)> {
         let mut c = self.connection().unwrap();
         let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
         keys.into_iter()
-            .map(|key| {
+            .filter_map(|key| {
                 let kind: String = redis::cmd("TYPE").arg(&key).query(&mut c).unwrap();
                 let values = match kind.as_str() {
                     "string" => vec![redis::cmd("GET").arg(&key).query(&mut c).unwrap()],
                     "set" => redis::cmd("SMEMBERS").arg(&key).query(&mut c).unwrap(),
+                    "stream" => {
+                        let entries: Vec<(Vec<u8>, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+                            .arg(&key)
+                            .arg("-")
+                            .arg("+")
+                            .query(&mut c)
+                            .unwrap();
+                        entries.into_iter().flat_map(|(_, fields)| fields).collect()
+                    }
+                    // Expired since KEYS listed it.
+                    "none" => return None,
                     other => panic!("unexpected Redis type {other}"),
                 };
-                (key, values)
+                Some((key, values))
             })
             .collect()
     }
 
-    /// Overwrites every string value with `value`.
-    pub fn overwrite_strings(&self, value: &str) {
+    /// Overwrites every token entry's value with `value`, keeping its time to live.
+    pub fn overwrite_entries(&self, value: &str) {
         let mut c = self.connection().unwrap();
         for (key, _) in self.dump() {
-            let kind: String = redis::cmd("TYPE").arg(&key).query(&mut c).unwrap();
-            if kind == "string" {
+            if is_entry(&key) {
                 redis::cmd("SET")
                     .arg(&key)
                     .arg(value)
@@ -177,10 +188,27 @@ impl RedisServer {
             .and_then(|mut c| redis::cmd("DBSIZE").query::<usize>(&mut c))
             .unwrap_or(0)
     }
+
+    /// Answers the shared tier holds here: its token entries (`...:tok:{...}`), not its
+    /// indexes, tombstones, generation or revocation stream.
+    pub fn entry_count(&self) -> usize {
+        self.connection()
+            .and_then(|mut c| {
+                redis::cmd("KEYS")
+                    .arg("*:tok:*")
+                    .query::<Vec<Vec<u8>>>(&mut c)
+            })
+            .map_or(0, |keys| keys.len())
+    }
 }
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Whether `key` is one of the shared tier's token entries.
+fn is_entry(key: &[u8]) -> bool {
+    key.windows(5).any(|w| w == b":tok:")
 }
