@@ -181,6 +181,16 @@ pub struct GameServerConfig {
     /// How often each session resolves its tokens again (through the cache, coalesced) and is
     /// closed if one is rejected. Default: `None` (off).
     pub revalidate: Option<Duration>,
+    /// Re-checks begun per second across the server's sessions, at most: after revocations may
+    /// have been missed every session checks its tokens again, as a steady trickle to the
+    /// integrator rather than all at once. Default: 200.
+    pub recheck_rate: u32,
+    /// How long a session whose re-check cannot get an answer (the integrator `overloaded`,
+    /// timing out or unavailable) stays connected; then it is closed with `auth_unavailable`.
+    /// Such a check is tried again until an answer comes, and an outage never counts as "still
+    /// valid". Default: `None`, as long as the outage lasts (an outage of the integrator does
+    /// not close every game).
+    pub unverified_grace: Option<Duration>,
 }
 
 impl Default for GameServerConfig {
@@ -195,6 +205,8 @@ impl Default for GameServerConfig {
             shutdown_retry_after: Duration::from_secs(1),
             reauth_grace: Duration::from_secs(60),
             revalidate: None,
+            recheck_rate: 200,
+            unverified_grace: None,
         }
     }
 }

@@ -112,14 +112,7 @@ fn hold(
     ) else {
         return;
     };
-    holdings.hold(Credential {
-        purpose,
-        endpoint: endpoint.to_owned(),
-        token,
-        fingerprint,
-        user_id: user.id,
-        expires_at: user.expires_at,
-    });
+    holdings.hold(Credential::new(purpose, endpoint, token, fingerprint, user));
 }
 
 /// A join: the room by its id, its own authUrl, then the resolution; the player enters it.

@@ -72,7 +72,7 @@ mod admin;
 mod config;
 mod game_client;
 mod handler;
-mod live;
+pub mod live;
 mod protocol;
 mod revoke;
 mod session;

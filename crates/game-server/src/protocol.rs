@@ -118,6 +118,21 @@ pub(super) fn refusal(code: &str, message: &str, retryable: bool) -> Vec<u8> {
     encode(&json!({"type": "error", "error": code, "message": message, "retryable": retryable}))
 }
 
+/// `{"type":"revoked","error":"token_rejected","message":…}`.
+pub(super) fn revoked() -> Vec<u8> {
+    encode(&json!({
+        "type": "revoked",
+        "error": "token_rejected",
+        "message": "your access was revoked (a logout, a ban, or the login server said so); log in again",
+    }))
+}
+
+/// `{"type":"reauth_required","within_ms":N}`.
+pub(super) fn reauth_required(within: Duration) -> Vec<u8> {
+    let within_ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
+    encode(&json!({"type": "reauth_required", "within_ms": within_ms}))
+}
+
 /// `{"type":"shutdown","retry_after_ms":N}`: the server is draining; reconnect after `N` ms,
 /// to this node or, behind a load balancer, another.
 pub(super) fn shutdown(retry_after: Duration) -> Vec<u8> {

@@ -3,9 +3,10 @@
 //!
 //! It is authorised by `Authorization: Bearer <secret>`, compared in constant time with the
 //! [`AdminSecret`] the server was given (the same type, and the same secret, as the reference
-//! API's) (none given: the endpoint answers 404). The body is
-//! one of `{"user_id": 42}`, `{"access_token": "…"}`, `{"all": true}`, with an optional
-//! `"auth_url"` (default: the server's default authUrl). The matching sessions on this node are
+//! API's) (none given: the endpoint answers 404). The body is one of `{"user_id": 42}`,
+//! `{"user_id": 42, "session": "…"}` (one of the integrator's sessions of that user: a logout,
+//! the tokens whose answer's `sid` is that session), `{"access_token": "…"}`, `{"all": true}`,
+//! with an optional `"auth_url"` (default: the server's default authUrl). The matching sessions on this node are
 //! told `revoked` and closed at once, and the answer says how many: `{"sessions_closed": N}`;
 //! the invalidation then goes through the resolver, so caches here, in Redis and on every
 //! other node drop the answers, and the other nodes close their sessions too. No token is ever
@@ -41,8 +42,19 @@ fn authorises(secret: &AdminSecret, headers: &HeaderMap) -> bool {
 
 /// What a revoke request asks: the revocation to apply here, and how to invalidate it.
 enum Revoke {
-    Token { endpoint: Endpoint, token: String },
-    User { endpoint: Endpoint, user_id: i64 },
+    Token {
+        endpoint: Endpoint,
+        token: String,
+    },
+    User {
+        endpoint: Endpoint,
+        user_id: i64,
+    },
+    Session {
+        endpoint: Endpoint,
+        user_id: i64,
+        session: String,
+    },
     All,
 }
 
@@ -101,6 +113,19 @@ pub(super) async fn revoke(
             resolver.invalidate_user(endpoint.as_str(), *user_id);
             ("user", closed)
         }
+        Revoke::Session {
+            endpoint,
+            user_id,
+            session,
+        } => {
+            let closed = shared.registry.revoke(&Revocation::Session {
+                endpoint: endpoint.as_str().to_owned(),
+                user_id: *user_id,
+                session: session.clone(),
+            });
+            resolver.invalidate_session(endpoint.as_str(), *user_id, session);
+            ("session", closed)
+        }
         Revoke::All => {
             let closed = shared.registry.revoke(&Revocation::All);
             resolver.invalidate_all();
@@ -113,10 +138,10 @@ pub(super) async fn revoke(
 
 /// Reads the body; a refusal names the field at fault and never quotes a value.
 fn parse(shared: &Shared, body: &[u8]) -> Result<Revoke, String> {
-    const FIELDS: [&str; 4] = ["user_id", "access_token", "all", "auth_url"];
+    const FIELDS: [&str; 5] = ["user_id", "session", "access_token", "all", "auth_url"];
     let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {
         return Err(
-            "the body must be a JSON object: {\"user_id\": N}, {\"access_token\": \"…\"} or {\"all\": true}, with an optional \"auth_url\""
+            "the body must be a JSON object: {\"user_id\": N} (with an optional \"session\"), {\"access_token\": \"…\"} or {\"all\": true}, with an optional \"auth_url\""
                 .to_owned(),
         );
     };
@@ -127,6 +152,13 @@ fn parse(shared: &Shared, body: &[u8]) -> Result<Revoke, String> {
         ));
     }
     let endpoint = || endpoint(shared, &fields);
+    let session = match fields.get("session") {
+        None => None,
+        Some(Value::String(session)) if !session.is_empty() && session.len() <= 256 => {
+            Some(session.clone())
+        }
+        Some(_) => return Err("session: must be a non-empty string of at most 256 bytes".into()),
+    };
     match (
         fields.get("user_id"),
         fields.get("access_token"),
@@ -136,11 +168,17 @@ fn parse(shared: &Shared, body: &[u8]) -> Result<Revoke, String> {
             let user_id = user_id
                 .as_i64()
                 .ok_or("user_id: must be an integer that fits in 64 bits")?;
-            Ok(Revoke::User {
-                endpoint: endpoint()?,
-                user_id,
+            let endpoint = endpoint()?;
+            Ok(match session {
+                Some(session) => Revoke::Session {
+                    endpoint,
+                    user_id,
+                    session,
+                },
+                None => Revoke::User { endpoint, user_id },
             })
         }
+        (_, _, _) if session.is_some() => Err("session: goes with user_id".to_owned()),
         (None, Some(token), None) => {
             let token = token
                 .as_str()

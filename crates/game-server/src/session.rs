@@ -8,15 +8,18 @@
 
 use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::handler::{handle, Reply};
-use super::live::{reauth_required, revoked, still_stands, Due, Holdings, Mark, Meanwhile, Timers};
+use super::live::recheck::settle;
+use super::live::{Due, Holdings, Meanwhile, Standing, Timers};
 use super::protocol::{
-    refusal, shutdown, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, SESSION_EXPIRED,
+    reauth_required, refusal, revoked, shutdown, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG,
+    SESSION_EXPIRED,
 };
 use super::state::Shared;
 use super::telemetry::{SESSIONS_OPEN, SESSIONS_TOTAL};
@@ -89,8 +92,24 @@ enum Wake {
     Incoming(Result<io::Result<Incoming>, tokio::time::error::Elapsed>),
     /// Revocations may have been missed: check the tokens again.
     Recheck,
+    /// The check under way found what the session's tokens are worth now.
+    Checked(Standing),
     /// The session's clock says something is due.
     Timer,
+}
+
+/// A check of what the session holds, under way beside its messages: it waits its turn and
+/// retries an integrator that cannot answer, which must not hold up the player.
+type Check<'a> = Pin<Box<dyn Future<Output = Standing> + Send + 'a>>;
+
+/// Starts a check of `holdings` (a snapshot: a check under way when they change is started
+/// again).
+fn check<'a>(shared: &'a Shared, holdings: &Holdings) -> Check<'a> {
+    let holdings = holdings.clone();
+    Box::pin(async move {
+        let grace = shared.config.unverified_grace;
+        settle(&shared.resolver, &holdings, &shared.rechecks, grace).await
+    })
 }
 
 /// The message loop; how it ended, and how to close.
@@ -110,6 +129,7 @@ async fn run<T: Transport>(
     // Silence is counted from the last message, not from the last wake-up: timers and
     // rechecks do not keep a silent client connected.
     let mut heard_at = tokio::time::Instant::now();
+    let mut checking: Option<Check<'_>> = None;
     loop {
         let next = timers.next();
         let silence_left = config.idle_timeout.saturating_sub(heard_at.elapsed());
@@ -125,6 +145,10 @@ async fn run<T: Transport>(
                 return ("shutdown", Close::GoingAway);
             }
             () = levers.recheck.notified() => Wake::Recheck,
+            standing = async { checking.as_mut().expect("checking").await }, if checking.is_some() => {
+                checking = None;
+                Wake::Checked(standing)
+            }
             () = sleep_until(next), if next.is_some() => Wake::Timer,
             incoming = tokio::time::timeout(silence_left, transport.recv()) => {
                 heard_at = tokio::time::Instant::now();
@@ -133,18 +157,36 @@ async fn run<T: Transport>(
         };
         let incoming = match wake {
             Wake::Incoming(incoming) => incoming,
-            Wake::Recheck => match recheck(transport, shared, &holdings).await {
+            Wake::Recheck => {
+                checking.get_or_insert_with(|| check(shared, &holdings));
+                continue;
+            }
+            Wake::Checked(standing) => match checked(transport, shared, standing).await {
                 Some(end) => return end,
                 None => continue,
             },
-            Wake::Timer => match on_timer(transport, shared, &holdings, &mut timers).await {
-                Some(end) => return end,
-                None => continue,
-            },
+            Wake::Timer => {
+                match on_timer(transport, shared, &mut timers).await {
+                    Timed::End(why, how) => return (why, how),
+                    Timed::Check => {
+                        checking.get_or_insert_with(|| check(shared, &holdings));
+                    }
+                    Timed::Nothing => {}
+                }
+                continue;
+            }
         };
+        let held_before = holdings.credentials.len();
         let reply = match on_incoming(transport, shared, connection, &mut holdings, incoming).await
         {
-            Next::Answer(reply) => reply,
+            Next::Answer(reply, meanwhile) => {
+                if meanwhile || (checking.is_some() && held_before > 0) {
+                    // What the session holds changed, or revocations may have been missed
+                    // while it was handled: check what it holds now.
+                    checking = Some(check(shared, &holdings));
+                }
+                reply
+            }
             Next::Skip => continue,
             Next::End(why, how) => return (why, how),
         };
@@ -160,8 +202,9 @@ async fn run<T: Transport>(
 
 /// What the loop does next with what the transport read.
 enum Next {
-    /// Send this answer.
-    Answer(Reply),
+    /// Send this answer; `true` when revocations may have been missed while it was worked out
+    /// (the session checks its tokens again).
+    Answer(Reply, bool),
     /// Nothing to answer (a blank line).
     Skip,
     /// The session is over: why, and how to close.
@@ -193,7 +236,9 @@ async fn on_incoming<T: Transport>(
             let _ = send(transport, refusal(LINE_TOO_LONG, &msg, false), shared).await;
             Next::End(LINE_TOO_LONG, Close::TooBig)
         }
-        Ok(Ok(Incoming::Unsupported(why))) => Next::Answer(refusal(BAD_REQUEST, why, false).into()),
+        Ok(Ok(Incoming::Unsupported(why))) => {
+            Next::Answer(refusal(BAD_REQUEST, why, false).into(), false)
+        }
         Ok(Ok(Incoming::Message(message))) if message.iter().all(u8::is_ascii_whitespace) => {
             Next::Skip
         }
@@ -206,68 +251,65 @@ async fn on_incoming<T: Transport>(
                 reply = handle(shared, connection, holdings, T::NAME, &message) => reply,
             };
             // A revocation that came while the message was resolved did not find it.
-            if let Some((why, how)) =
-                caught_up(transport, shared, connection, holdings, since).await
-            {
-                return Next::End(why, how);
+            match shared.registry.update(connection, holdings, since) {
+                Meanwhile::Nothing => Next::Answer(reply, false),
+                Meanwhile::Unknown => Next::Answer(reply, true),
+                Meanwhile::Named => {
+                    let _ = send(transport, revoked(), shared).await;
+                    Next::End("revoked", Close::Normal)
+                }
             }
-            Next::Answer(reply)
         }
     }
 }
 
-/// Records what the session holds after a message, and acts on a revocation that came while
-/// the message was handled: `Some` with how the session ends, or `None` to go on.
-async fn caught_up<T: Transport>(
+/// What a session's timer found due.
+enum Timed {
+    /// Nothing more to do.
+    Nothing,
+    /// Check the tokens again.
+    Check,
+    /// The session is over: why, and how to close.
+    End(&'static str, Close),
+}
+
+/// What a session's timer found due, done (but a revalidation, which the loop starts).
+async fn on_timer<T: Transport>(transport: &mut T, shared: &Shared, timers: &mut Timers) -> Timed {
+    match timers.due() {
+        None => Timed::Nothing,
+        Some(Due::Reauth(within)) => match send(transport, reauth_required(within), shared).await {
+            Ok(()) => Timed::Nothing,
+            Err(_) => Timed::End("write_failed", Close::Normal),
+        },
+        Some(Due::Expired) => {
+            let msg = "no refresh came in time after reauth_required; closing";
+            let _ = send(transport, refusal(SESSION_EXPIRED, msg, false), shared).await;
+            Timed::End(SESSION_EXPIRED, Close::Normal)
+        }
+        Some(Due::Revalidate) => Timed::Check,
+    }
+}
+
+/// Acts on what a check found: `Some` with how the session ends (revoked; or unverified past
+/// the server's grace), `None` to go on.
+async fn checked<T: Transport>(
     transport: &mut T,
     shared: &Shared,
-    connection: u64,
-    holdings: &Holdings,
-    since: Mark,
+    standing: Standing,
 ) -> Option<(&'static str, Close)> {
-    match shared.registry.update(connection, holdings, since) {
-        Meanwhile::Nothing => None,
-        Meanwhile::Unknown => recheck(transport, shared, holdings).await,
-        Meanwhile::Named => {
+    match standing {
+        Standing::Stands => None,
+        Standing::Falls => {
             let _ = send(transport, revoked(), shared).await;
             Some(("revoked", Close::Normal))
         }
-    }
-}
-
-/// What a session's timer found due, done: `Some` with how the session ends, or `None` to go on.
-async fn on_timer<T: Transport>(
-    transport: &mut T,
-    shared: &Shared,
-    holdings: &Holdings,
-    timers: &mut Timers,
-) -> Option<(&'static str, Close)> {
-    match timers.due()? {
-        Due::Reauth(within) => {
-            let sent = send(transport, reauth_required(within), shared).await;
-            sent.is_err().then_some(("write_failed", Close::Normal))
+        Standing::Unknown(code) => {
+            let msg =
+                "the login server could not confirm your access for too long; reconnect later";
+            let _ = send(transport, refusal(code.as_str(), msg, true), shared).await;
+            Some(("unverified", Close::Normal))
         }
-        Due::Expired => {
-            let msg = "no refresh came in time after reauth_required; closing";
-            let _ = send(transport, refusal(SESSION_EXPIRED, msg, false), shared).await;
-            Some((SESSION_EXPIRED, Close::Normal))
-        }
-        Due::Revalidate => recheck(transport, shared, holdings).await,
     }
-}
-
-/// Asks the resolver again about what the session holds; when it no longer stands, tells the
-/// player it was revoked and ends the session.
-async fn recheck<T: Transport>(
-    transport: &mut T,
-    shared: &Shared,
-    holdings: &Holdings,
-) -> Option<(&'static str, Close)> {
-    if still_stands(&shared.resolver, holdings).await {
-        return None;
-    }
-    let _ = send(transport, revoked(), shared).await;
-    Some(("revoked", Close::Normal))
 }
 
 /// Sleeps until `at`; `None` never comes (its branch is disabled then).

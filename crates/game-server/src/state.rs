@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::config::GameServerConfig;
-use super::live::Registry;
+use super::live::{Pacer, Registry};
 use token_resolver::{Endpoint, Identity, Resolver};
 use token_resolver_player::RoomInfo;
 
@@ -70,6 +70,8 @@ pub(super) struct Shared {
     pub(super) accepting: AtomicBool,
     /// The sessions that resolved a token, for revocations to find.
     pub(super) registry: Arc<Registry>,
+    /// The pace of the sessions' re-checks.
+    pub(super) rechecks: Pacer,
 }
 
 impl Shared {
@@ -93,6 +95,7 @@ impl Shared {
             cut: CancellationToken::new(),
             accepting: AtomicBool::new(false),
             registry: Arc::default(),
+            rechecks: Pacer::new(config.recheck_rate),
             config,
         }
     }

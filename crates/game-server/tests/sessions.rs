@@ -189,6 +189,80 @@ async fn revalidation_closes_a_session_whose_token_is_rejected_since() {
     assert!(matches!(ended, GameClientError::Revoked(_)), "{ended:?}");
 }
 
+/// An API that answers `alice` as user 1 while `state` is 0, fails with 503 while it is 1, and
+/// rejects her while it is 2.
+async fn flaky_api(state: Arc<std::sync::atomic::AtomicU8>) -> Scripted {
+    Scripted::start(move |_, seen: Seen| {
+        let state = state.clone();
+        async move {
+            match state.load(Ordering::SeqCst) {
+                0 => answer(&seen, false),
+                1 => respond(503, &[], b""),
+                _ => answer(&seen, true),
+            }
+        }
+    })
+    .await
+}
+
+/// A game server revalidating every 100 ms, with `unverified_grace`, on `api`.
+async fn revalidating(api: &Scripted, unverified_grace: Option<Duration>) -> RunningGameServer {
+    let resolver = resolver_for(&api.url())
+        .cache_ttl(Duration::from_millis(50))
+        .retries(0)
+        .circuit_breaker(0, Duration::ZERO)
+        .build()
+        .unwrap();
+    let config = GameServerConfig {
+        rooms: vec![room("lobby", None)],
+        revalidate: Some(Duration::from_millis(100)),
+        unverified_grace,
+        ..GameServerConfig::default()
+    };
+    game_server_with(resolver, config).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recheck_the_integrator_cannot_answer_keeps_the_session_and_never_counts_as_valid() {
+    // Pins down re-checks during an outage: while the API answers 503 the session stays (the
+    // default grace is the whole outage) and its check keeps trying; when the API answers
+    // again, with a rejection, the session is revoked: the outage was never taken for "valid".
+    let state = Arc::new(std::sync::atomic::AtomicU8::new(0));
+    let api = flaky_api(state.clone()).await;
+    let game = revalidating(&api, None).await;
+    let mut client = in_the_first_room(&game, "alice").await;
+    state.store(1, Ordering::SeqCst);
+    let calls = api.requests();
+    eventually("the checks try the API", || api.requests() >= calls + 2).await;
+    assert_eq!(
+        client.search_rooms().await.unwrap().len(),
+        1,
+        "still served during the outage"
+    );
+    state.store(2, Ordering::SeqCst);
+    let ended = tokio::time::timeout(Duration::from_secs(10), client.next_push())
+        .await
+        .expect("the check that gets an answer revokes")
+        .unwrap_err();
+    assert!(matches!(ended, GameClientError::Revoked(_)), "{ended:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_grace_a_session_unverified_for_longer_is_closed_as_auth_unavailable() {
+    // Pins down --unverified-grace: a session whose checks get no answer for longer than the
+    // grace is closed with the retryable code that says why.
+    let state = Arc::new(std::sync::atomic::AtomicU8::new(0));
+    let api = flaky_api(state.clone()).await;
+    let game = revalidating(&api, Some(Duration::from_millis(300))).await;
+    let mut client = in_the_first_room(&game, "alice").await;
+    state.store(1, Ordering::SeqCst);
+    let ended = tokio::time::timeout(Duration::from_secs(10), client.next_push())
+        .await
+        .expect("closed once the grace is over")
+        .unwrap_err();
+    assert_eq!(ended.code(), Some("auth_unavailable"), "{ended:?}");
+}
+
 /// The admin listener of `game`, with the revocation secret.
 async fn admin(game: &RunningGameServer) -> RunningAdmin {
     let config = AdminConfig {

@@ -11,7 +11,8 @@
 //!   test scripts them, misbehave at the TCP level, serve any router, or speak TLS with a
 //!   certificate nobody trusts;
 //! - `capture`: every log line and metric, for the leak tests; `revoke_recorder`: a game
-//!   server's admin listener that records the revocations it is told;
+//!   server's admin listener that records the revocations it is told; [`Relay`]: a TCP relay
+//!   that goes half-open, refuses or delays on the test's word;
 //! - [`redis`]: `redis-server` on a free port: plain, TLS, Sentinel, Cluster;
 //! - [`bench`](mod@bench) and [`baselines`]: runtimes, token sets and the hand-written caches and calls the
 //!   benches and `token-resolver load` measure against;
@@ -41,6 +42,8 @@ pub mod redis;
 #[cfg(feature = "reference-api")]
 mod reference_api;
 #[cfg(feature = "servers")]
+mod relay;
+#[cfg(feature = "servers")]
 mod revoke_recorder;
 #[cfg(feature = "servers")]
 mod scripted;
@@ -68,6 +71,8 @@ pub use http_app::*;
 pub use raw::*;
 #[cfg(feature = "reference-api")]
 pub use reference_api::*;
+#[cfg(feature = "servers")]
+pub use relay::Relay;
 #[cfg(feature = "servers")]
 pub use revoke_recorder::*;
 #[cfg(feature = "servers")]

@@ -203,11 +203,12 @@ impl Reader {
         Ok(true)
     }
 
-    /// Whether the stream no longer holds every entry after the last one applied: Redis
-    /// trimmed some (its `max-deleted-entry-id` is past it), or lost the stream (it is gone,
-    /// or it no longer holds the last entry applied though nothing after it was deleted).
-    /// Before Redis 7, which does not say what it deleted, an oldest entry newer than the last
-    /// one applied counts as a gap too.
+    /// Whether the stream no longer holds every entry after the last one applied: its oldest
+    /// entry is newer, and Redis trimmed entries off it (it has had more added than it holds),
+    /// or lost it (gone, or made anew, since this reader read from it). A stream newer than
+    /// where a reader that has read nothing starts, from which nothing was trimmed, misses
+    /// nothing. Before Redis 7, which does not count what was added, an oldest entry newer than
+    /// the last one applied counts as a gap.
     async fn missed(&self, conn: &mut Conn) -> RedisResult<bool> {
         let info: redis::Value = match redis::cmd("XINFO")
             .arg("STREAM")
@@ -217,32 +218,29 @@ impl Reader {
         {
             Ok(info) => info,
             // No such key: nothing was ever told, or Redis lost it.
-            Err(e)
-                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) =>
-            {
-                return Ok(self.read_any)
-            }
+            Err(e) if e.code() == Some("ERR") => return Ok(self.read_any),
             Err(e) => return Err(e),
         };
-        let field = |name: &str| stream_info_id(&info, name);
-        if let Some(deleted) = field("max-deleted-entry-id") {
-            if deleted > self.last {
-                return Ok(true);
-            }
-            if !self.read_any || deleted == self.last {
-                return Ok(false);
-            }
-            let last: StreamRangeReply = redis::cmd("XRANGE")
-                .arg(self.core.keys.stream())
-                .arg(self.last.id())
-                .arg(self.last.id())
-                .query_async(conn)
-                .await?;
-            return Ok(last.ids.is_empty());
+        let fields = stream_info(&info);
+        let id = |name: &str| {
+            let value = fields.iter().find(|(k, _)| k == name)?.1.clone();
+            Position::parse(&redis::from_redis_value::<String>(value).ok()?)
+        };
+        let count = |name: &str| {
+            let value = fields.iter().find(|(k, _)| k == name)?.1.clone();
+            redis::from_redis_value::<u64>(value).ok()
+        };
+        let Some(first) = id("recorded-first-entry-id").or_else(|| first_entry_id(&fields)) else {
+            return Ok(self.read_any);
+        };
+        if first <= self.last {
+            return Ok(false);
         }
-        Ok(field("recorded-first-entry-id")
-            .or_else(|| first_entry_id(&info))
-            .is_some_and(|first| first > self.last))
+        Ok(match (count("entries-added"), count("length")) {
+            (Some(added), Some(length)) if added > length => true,
+            (Some(_), Some(_)) => self.read_any,
+            _ => true,
+        })
     }
 
     /// One read: waits up to [`BLOCK`] for revocations after the last one applied, and applies
@@ -288,9 +286,9 @@ impl Reader {
     }
 }
 
-/// The entry id `XINFO STREAM` gives under `name` (a flat list or a map of fields).
-fn stream_info_id(info: &redis::Value, name: &str) -> Option<Position> {
-    let fields: Vec<(String, redis::Value)> = match info {
+/// The fields of an `XINFO STREAM` answer (a flat list, or a map), by name.
+fn stream_info(info: &redis::Value) -> Vec<(String, redis::Value)> {
+    match info {
         redis::Value::Array(items) => items
             .chunks(2)
             .filter_map(|pair| match pair {
@@ -302,26 +300,16 @@ fn stream_info_id(info: &redis::Value, name: &str) -> Option<Position> {
             .iter()
             .filter_map(|(k, v)| Some((redis::from_redis_value_ref(k).ok()?, v.clone())))
             .collect(),
-        _ => return None,
-    };
-    let (_, value) = fields.into_iter().find(|(k, _)| k == name)?;
-    let id: String = redis::from_redis_value(value).ok()?;
-    Position::parse(&id)
+        _ => Vec::new(),
+    }
 }
 
-/// The id of `XINFO STREAM`'s `first-entry`, for a Redis that does not say what it deleted.
-fn first_entry_id(info: &redis::Value) -> Option<Position> {
-    let redis::Value::Array(items) = info else {
+/// The id of `XINFO STREAM`'s `first-entry`, for a Redis that does not record it apart.
+fn first_entry_id(fields: &[(String, redis::Value)]) -> Option<Position> {
+    let (_, redis::Value::Array(entry)) = fields.iter().find(|(k, _)| k == "first-entry")? else {
         return None;
     };
-    let at = items
-        .iter()
-        .position(|v| redis::from_redis_value_ref::<String>(v).is_ok_and(|k| k == "first-entry"))?;
-    let redis::Value::Array(entry) = items.get(at + 1)? else {
-        return None;
-    };
-    let id: String = redis::from_redis_value_ref(entry.first()?).ok()?;
-    Position::parse(&id)
+    Position::parse(&redis::from_redis_value_ref::<String>(entry.first()?).ok()?)
 }
 
 #[cfg(test)]

@@ -107,6 +107,35 @@ impl RedisServer {
         panic!("redis-server did not answer PING on port {}", self.port);
     }
 
+    /// Where it listens.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        ([127, 0, 0, 1], self.port()).into()
+    }
+
+    /// Whether Redis has trimmed entries off the shared tier's revocation stream (under the
+    /// default prefix): a node that was away since then cannot catch up exactly.
+    pub fn revocations_trimmed(&self) -> bool {
+        let info = self.command(&["XINFO", "STREAM", "token-resolver:revocations"]);
+        let Ok(redis::Value::Array(fields)) = info else {
+            return false;
+        };
+        let field = |wanted: &str| {
+            fields.chunks(2).find_map(|pair| match pair {
+                [name, value]
+                    if redis::from_redis_value_ref::<String>(name).is_ok_and(|n| n == wanted) =>
+                {
+                    redis::from_redis_value_ref::<u64>(value).ok()
+                }
+                _ => None,
+            })
+        };
+        // More entries were added than the stream holds: Redis trimmed the oldest.
+        matches!(
+            (field("entries-added"), field("length")),
+            (Some(added), Some(length)) if added > length
+        )
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
