@@ -11,8 +11,10 @@
 //!    WebSocket also pays its HTTP upgrade and closing handshake, about twice the system calls
 //!    of a TCP arrival: its row says what that costs, with no target.
 //! 2. `sessions`: 10,000 WebSocket sessions, each connected and joined, held by one process:
-//!    its RSS per session (target <= 16 KiB per idle session), and the latency of players
-//!    arriving while they are held.
+//!    its RSS per session (target <= 16 KiB per idle session), the latency of players
+//!    arriving while they are held, and revocations while they are held: 200 times, one held
+//!    player's user revoked at the admin listener (`POST /admin/revoke`), the time until that
+//!    player's client reads `revoked` (target: p99 under 5 ms).
 //!
 //! `cargo bench --bench websocket` (`-- --sessions N` holds another number). The harness
 //! raises its own file limit to the hard limit, which the game server inherits.
@@ -48,6 +50,10 @@ const SESSIONS: usize = 10_000;
 /// Players arriving while the sessions are held, and how many at once.
 const ARRIVALS_WHILE_HELD: usize = 2_000;
 const CONCURRENCY_WHILE_HELD: usize = 8;
+/// Held sessions revoked one at a time in the sessions row.
+const REVOKED_WHILE_HELD: usize = 200;
+/// The admin listener's secret (`TOKEN_RESOLVER_ADMIN_TOKEN`).
+const ADMIN_SECRET: &str = "bench-admin-secret-of-32-bytes!!";
 
 /// The two ways in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +123,28 @@ impl Conn {
             "expected {expected}, got {answer}"
         );
         answer
+    }
+
+    /// Waits for a pushed message of type `expected`, skipping others.
+    async fn pushed(&mut self, expected: &str) {
+        let wanted = format!(r#""type":"{expected}""#);
+        loop {
+            let text = match self {
+                Conn::Tcp(stream) => {
+                    let mut line = String::new();
+                    stream.read_line(&mut line).await.expect("a pushed line");
+                    line
+                }
+                Conn::WebSocket(ws) => match ws.next().await {
+                    Some(Ok(Message::Text(text))) => text.as_str().to_owned(),
+                    Some(Ok(_)) => continue,
+                    other => panic!("no pushed frame: {other:?}"),
+                },
+            };
+            if text.contains(&wanted) || text.contains(&format!(r#""error":"{expected}""#)) {
+                return;
+            }
+        }
     }
 
     /// Closes as a well-behaved client does.
@@ -390,8 +418,10 @@ async fn start_game_server(base: &str, max_connections: usize) -> GameServerProc
             &max,
             "--idle-timeout",
             "3600",
+            "--admin-listen",
+            "127.0.0.1:0",
         ],
-        &[],
+        &[("TOKEN_RESOLVER_ADMIN_TOKEN", ADMIN_SECRET)],
     )
     .await;
     assert!(
@@ -419,9 +449,10 @@ async fn sessions_row(base: &str, count: usize) {
     for chunk in held_players.chunks(64) {
         let opening = chunk.iter().map(|player| async move {
             let mut conn = ws.open().await;
-            conn.ask(&player.connect, "connected").await;
+            let connected: Value =
+                serde_json::from_str(&conn.ask(&player.connect, "connected").await).unwrap();
             conn.ask(&player.join, "joined").await;
-            conn
+            (conn, connected["user"]["id"].as_i64().expect("a user id"))
         });
         held.extend(futures_util::future::join_all(opening).await);
     }
@@ -433,9 +464,11 @@ async fn sessions_row(base: &str, count: usize) {
     let meanwhile = arrivals(ws, &players, ARRIVALS_WHILE_HELD, CONCURRENCY_WHILE_HELD).await;
     let joins_meanwhile = joins(ws, &players, JOINS / 4).await;
     // Every held session is still there and answers.
-    for conn in held.iter_mut().step_by((count / 100).max(1)) {
+    for (conn, _) in held.iter_mut().step_by((count / 100).max(1)) {
         conn.ask(r#"{"type":"search_room"}"#, "rooms").await;
     }
+    let admin = server.admin.expect("the admin listener");
+    let revocations = revoked_while_held(admin, &mut held).await;
     println!(
         "| sessions held | {count} (opened in {:.1} s) |",
         opening.as_secs_f64()
@@ -467,9 +500,47 @@ async fn sessions_row(base: &str, count: usize) {
         ms(joins_meanwhile.p50),
         ms(joins_meanwhile.p99)
     );
-    for conn in held {
+    println!(
+        "| {} revocations meanwhile (one held player each) | p50 {}, p99 {}, max {} (admin call to the client's read; target p99 < 5 ms: {}) |",
+        revocations.len(),
+        ms(revocations[revocations.len() / 2]),
+        ms(revocations[revocations.len() * 99 / 100]),
+        ms(revocations[revocations.len() - 1]),
+        if revocations[revocations.len() * 99 / 100] < Duration::from_millis(5) {
+            "met"
+        } else {
+            "missed"
+        }
+    );
+    for (conn, _) in held {
         conn.close().await;
     }
+}
+
+/// Revokes `REVOKED_WHILE_HELD` of the `held` sessions' users one at a time at `admin`, each
+/// timed from the call until its client reads `revoked`; sorted. The revoked sessions are
+/// taken out of `held`.
+async fn revoked_while_held(admin: SocketAddr, held: &mut Vec<(Conn, i64)>) -> Vec<Duration> {
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("an HTTP client");
+    let step = (held.len() / REVOKED_WHILE_HELD).max(1);
+    let mut delays = Vec::with_capacity(REVOKED_WHILE_HELD);
+    for i in (0..REVOKED_WHILE_HELD.min(held.len())).rev() {
+        let (mut conn, user_id) = held.swap_remove(i * step);
+        let started = Instant::now();
+        let revoking = http
+            .post(format!("http://{admin}/admin/revoke"))
+            .bearer_auth(ADMIN_SECRET)
+            .json(&json!({ "user_id": user_id }))
+            .send();
+        let (answer, ()) = tokio::join!(revoking, conn.pushed("revoked"));
+        delays.push(started.elapsed());
+        assert!(answer.expect("the admin answers").status().is_success());
+    }
+    delays.sort();
+    delays
 }
 
 fn main() {

@@ -44,9 +44,15 @@ async fn resolve_prints_the_user_and_exits_0() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The reference API also answers `exp`, which the resolver may keep among the extra fields.
+    // The reference API also answers `exp` and `sid`, which the resolver keeps among the extra
+    // fields.
     let mut line = json_line(&out);
     line.as_object_mut().unwrap().remove("exp");
+    assert!(line
+        .as_object_mut()
+        .unwrap()
+        .remove("sid")
+        .is_some_and(|sid| sid.is_string()));
     assert_eq!(line, serde_json::json!({"id": 1, "name": "Alice"}));
     assert!(!String::from_utf8_lossy(&out.stderr).contains(&token));
 }

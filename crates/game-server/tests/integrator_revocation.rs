@@ -134,3 +134,112 @@ async fn a_ban_at_the_integrator_kicks_the_player_from_another_node_and_a_logout
     assert_eq!(refused.code(), Some("token_rejected"));
     drop(api);
 }
+
+/// One game server resolving at `default_api`, with the room `guild` on `guild_api` (both
+/// allowed), and its admin listener.
+async fn node_with_a_guild_room(
+    default_api: &str,
+    guild_api: &str,
+) -> (RunningGameServer, RunningAdmin) {
+    let resolver = Resolver::builder()
+        .default_auth_url(default_api)
+        .allow_auth_url(guild_api)
+        .build()
+        .unwrap();
+    let config = GameServerConfig {
+        rooms: vec![room("guild", Some(guild_api))],
+        ..GameServerConfig::default()
+    };
+    let game = game_server_with(resolver, config).await;
+    let admin = game
+        .spawn_admin(
+            "127.0.0.1:0".parse().unwrap(),
+            AdminConfig {
+                revoke_secret: Some(AdminSecret::new(ADMIN_SECRET).unwrap()),
+                ..AdminConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+    (game, admin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logout_at_a_rooms_own_integrator_closes_the_session_in_that_room() {
+    // Pins down that a notification names its integrator: a player connected through the
+    // default authUrl and joined to a room on a second integrator logs out at the second one;
+    // the game server, told with that integrator's `auth_url`, closes the session.
+    let default_api = support::reference_api().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let guild_base = format!("http://{}", listener.local_addr().unwrap());
+    let (game, admin) = node_with_a_guild_room(&default_api.base_url(), &guild_base).await;
+    let _guild_api = integrator(listener, &admin);
+
+    let at_home = logged_in(&default_api.base_url(), "alice", "wonderland").await;
+    let mut at_guild = logged_in(&guild_base, "alice", "wonderland").await;
+    let guild_token = at_guild.authorization_access_token.clone().unwrap();
+    let mut player = GameClient::open(game.local_addr()).await.unwrap();
+    let home_token = at_home.authorization_access_token.clone().unwrap();
+    player.connect(Some(home_token.secret())).await.unwrap();
+    let rooms = player.search_rooms().await.unwrap();
+    let args = token_resolver_player::RoomJoinArgs::new(&rooms[0], Default::default());
+    player
+        .join(&args, Some(guild_token.secret()))
+        .await
+        .unwrap();
+
+    at_guild.logout().await.unwrap();
+    assert!(
+        is_revoked(&mut player).await,
+        "the logout at the room's integrator closes the session"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ban_made_while_the_game_server_is_unreachable_kicks_the_player_once_the_path_heals() {
+    // Pins down delivery through a partition: the path from the integrator to the game
+    // server's admin listener drops its open connections and refuses new ones for longer than
+    // the notifier once retried (about 7.5 s); the ban waits in the outbox, shown as pending,
+    // and once the path heals the player is kicked.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (game, admin) = node_with_a_guild_room(&base, &base).await;
+    let path = support::Relay::start(admin.local_addr()).await;
+    let api = ReferenceApi::new(ApiConfig {
+        admin_secret: Some(reference_api::AdminSecret::new(ADMIN_SECRET).unwrap()),
+        notify: vec![format!("http://{}", path.addr())],
+        ..ApiConfig::default()
+    })
+    .unwrap()
+    .spawn_on(listener)
+    .unwrap();
+    let alice = logged_in(&base, "alice", "wonderland").await;
+    let token = alice.authorization_access_token.clone().unwrap();
+    let mut player = in_the_first_room(&game, token.secret()).await;
+
+    path.silence_open_connections();
+    path.refuse(true);
+    let banned = reqwest::Client::new()
+        .post(format!("{base}/api/admin/ban"))
+        .bearer_auth(ADMIN_SECRET)
+        .json(&serde_json::json!({"user_id": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert!(banned.status().is_success());
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert_eq!(api.api().pending_notifications(), 1, "the ban waits");
+    assert!(player.search_rooms().await.is_ok(), "not kicked yet");
+
+    path.refuse(false);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(10), player.next_push())
+            .await
+            .is_ok_and(|push| matches!(push, Err(GameClientError::Revoked(_)))),
+        "the ban reaches the player once the path heals"
+    );
+    eventually("the outbox is empty", || {
+        api.api().pending_notifications() == 0
+    })
+    .await;
+}

@@ -1,7 +1,14 @@
 //! Serving an axum router on a listener with the bounds a public port needs: a cap on open
-//! connections (one more is closed at once), a deadline for a request's head and one for the
-//! whole request, and a graceful stop. The admin listener and the WebSocket transport both
-//! serve through it.
+//! connections (one more is answered a quick 503 with `Retry-After` and closed), a deadline for
+//! each request's head counted from accept (and, on a kept-alive connection, from the end of
+//! the last answer: an idle connection is closed at the same deadline), one for the whole
+//! request, and a graceful stop. HTTP/1.1 only: the admin listener and the WebSocket transport
+//! both serve through it, and neither means to speak HTTP/2.
+//!
+//! hyper's HTTP/1 connection is used directly, not hyper-util's auto builder: the auto builder
+//! reads the first bytes to tell the protocols apart with no timer running, so a client that
+//! sends nothing held its slot for ever, and its `http1_only` does not apply to connections
+//! served with upgrades.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,25 +18,38 @@ use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use serde_json::json;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
 
 use crate::task::Stopped;
 
 /// Longest wait for requests in progress when the listener stops.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Connections past the cap being answered 503 at once, at most; past that they are closed.
+const TURNED_AWAY_AT_ONCE: usize = 64;
+/// Longest a connection past the cap is kept to be answered 503.
+const TURN_AWAY_DEADLINE: Duration = Duration::from_secs(1);
+/// What a connection past the cap is answered.
+const BUSY_ANSWER: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/json\r\n\
+retry-after: 1\r\n\
+connection: close\r\n\
+content-length: 22\r\n\
+\r\n\
+{\"error\":\"overloaded\"}";
 
 /// The bounds of one listener.
 #[derive(Debug, Clone, Copy)]
 pub struct HttpLimits {
-    /// Connections open at once; one more is closed without an answer.
+    /// Connections open at once; one more is answered 503 with `Retry-After: 1` and closed.
     pub max_connections: usize,
-    /// Longest wait for a request's head; then the connection closes.
+    /// Longest wait for a request's head, from accept or from the end of the last answer;
+    /// then the connection closes.
     pub header_timeout: Duration,
     /// Longest a request may take, body included, before it is answered 408.
     pub request_timeout: Duration,
@@ -47,11 +67,12 @@ pub async fn serve(
         limits.request_timeout,
         request_deadline,
     ));
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let graceful = GracefulShutdown::new();
-    let mut builder = auto::Builder::new(TokioExecutor::new()).http1_only();
+    let max_connections = limits.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let turning_away = Arc::new(Semaphore::new(TURNED_AWAY_AT_ONCE));
+    let (stopping, stop_seen) = watch::channel(false);
+    let mut builder = http1::Builder::new();
     builder
-        .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
     loop {
@@ -68,23 +89,54 @@ pub async fn serve(
             },
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, "HTTP listener full: connection closed");
+            tracing::debug!(%peer, "HTTP listener full: connection answered 503");
+            if let Ok(permit) = turning_away.clone().try_acquire_owned() {
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(TURN_AWAY_DEADLINE, turn_away(stream)).await;
+                    drop(permit);
+                });
+            }
             continue;
         };
         // Small answers, sent at once: a WebSocket frame must not wait for the last ACK.
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection.into_owned());
+        let connection = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades();
+        let mut stop_seen = stop_seen.clone();
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            let mut connection = std::pin::pin!(connection);
+            let stop = async move {
+                let _ = stop_seen.wait_for(|stopping| *stopping).await;
+            };
+            let ended = tokio::select! {
+                ended = connection.as_mut() => ended,
+                () = stop => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(error) = ended {
                 tracing::debug!(%peer, %error, "HTTP connection ended with an error");
             }
             drop(slot);
         });
     }
     drop(listener);
-    let _ = tokio::time::timeout(STOP_GRACE, graceful.shutdown()).await;
+    let _ = stopping.send(true);
+    let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(STOP_GRACE, slots.acquire_many(all)).await;
+}
+
+/// Answers a connection past the cap 503 and closes it, after reading what it sent so that the
+/// close does not reset the answer away.
+async fn turn_away(mut stream: TcpStream) {
+    if stream.write_all(BUSY_ANSWER).await.is_err() || stream.shutdown().await.is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
 }
 
 /// Answers 408 when a request (its body included) takes longer than the deadline.

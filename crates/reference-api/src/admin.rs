@@ -15,7 +15,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::handlers::{bearer_token, error, Refusal};
-use super::notify::Revocation;
+use super::notify::Notice;
 use super::store::MAX_BANNED;
 use super::ReferenceApi;
 
@@ -44,7 +44,7 @@ pub(super) async fn ban(
     };
     tracing::info!(user_id, tokens_revoked, sessions_ended, "user banned");
     if let Some(notifier) = &api.inner.notifier {
-        notifier.send(vec![Revocation::User(user_id)]);
+        notifier.send(Notice::User(user_id));
     }
     let body = json!({
         "user_id": user_id,
@@ -53,6 +53,20 @@ pub(super) async fn ban(
         "sessions_ended": sessions_ended,
     });
     Json(body).into_response()
+}
+
+/// `GET /api/admin/notifications`: what waits to be delivered to each notify target.
+pub(super) async fn notifications(State(api): State<ReferenceApi>, headers: HeaderMap) -> Response {
+    if let Err(refusal) = authorized(&api, &headers) {
+        return refusal.into_response();
+    }
+    let targets = api
+        .inner
+        .notifier
+        .as_ref()
+        .map(|notifier| notifier.pending())
+        .unwrap_or_default();
+    Json(json!({ "targets": targets })).into_response()
 }
 
 /// `POST /api/admin/unban`.

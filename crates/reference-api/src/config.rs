@@ -67,9 +67,17 @@ pub struct ApiConfig {
     /// once (useful in tests).
     pub token_ttl: Duration,
     /// Game servers' admin base URLs (`http://10.0.0.5:9350`), each told of revocations at
-    /// `{URL}/admin/revoke`: the live tokens of a session on logout, a user on a ban. Default:
-    /// none. Needs [`admin_secret`](Self::admin_secret).
+    /// `{URL}/admin/revoke`: a session on logout, a user on a ban. Default: none. Needs
+    /// [`admin_secret`](Self::admin_secret).
     pub notify: Vec<String>,
+    /// How long a notification a game server has not taken is retried before it is given up
+    /// on (and logged). Default: 15 minutes.
+    pub notify_retry_for: Duration,
+    /// This API's base URL as game servers know it (their players' authUrl), named as
+    /// `auth_url` in every notification so that rooms on this integrator are revoked whatever
+    /// a game server's default authUrl is. Default: `None`, the base URL it listens on
+    /// ([`RunningApi::base_url`](super::RunningApi::base_url)).
+    pub public_url: Option<String>,
     /// The bearer secret of `POST /api/admin/ban` and `/api/admin/unban`, and the one sent to
     /// the [`notify`](Self::notify) targets. Default: `None`, and the admin endpoints answer
     /// 404.
@@ -85,6 +93,8 @@ impl Default for ApiConfig {
             users: demo_users(),
             token_ttl: Duration::from_secs(3600),
             notify: Vec::new(),
+            notify_retry_for: Duration::from_secs(15 * 60),
+            public_url: None,
             admin_secret: None,
             login_limits: LoginLimits::default(),
         }
@@ -208,6 +218,9 @@ impl ApiConfig {
         if !self.notify.is_empty() && self.admin_secret.is_none() {
             return Err(ApiConfigError::NotifyWithoutSecret);
         }
+        if let Some(public_url) = &self.public_url {
+            public_base_url(public_url)?;
+        }
         self.login_limits.validate()
     }
 
@@ -244,6 +257,22 @@ fn shown(target: &str) -> String {
         }
         _ => target.to_owned(),
     }
+}
+
+/// `public_url` if it is an `http` or `https` URL with a host and nothing after its path.
+fn public_base_url(public_url: &str) -> Result<(), ApiConfigError> {
+    let bad = |reason: &'static str| ApiConfigError::PublicUrl {
+        url: shown(public_url),
+        reason,
+    };
+    let url = url::Url::parse(public_url).map_err(|_| bad("is not a URL"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(bad("is not an http:// or https:// URL with a host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+        return Err(bad("has a query, a fragment or user info"));
+    }
+    Ok(())
 }
 
 /// `{target}/admin/revoke`, for a notify target that is an `http` or `https` URL with a host
@@ -321,6 +350,14 @@ pub enum ApiConfigError {
     /// The admin secret cannot be one: too short, or not visible ASCII.
     #[error(transparent)]
     AdminSecret(#[from] AdminSecretError),
+    /// The public URL is not this API's base URL such as `https://auth.example.com`.
+    #[error("the public URL {url:?} {reason}")]
+    PublicUrl {
+        /// The URL, with any user info redacted.
+        url: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// Notify targets were given without an admin secret to send them.
     #[error("notify targets need an admin secret (TOKEN_RESOLVER_ADMIN_TOKEN)")]
     NotifyWithoutSecret,

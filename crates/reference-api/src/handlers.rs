@@ -4,6 +4,7 @@
 //! `/api/login` is in `login`, the admin endpoints in `admin`.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::Bytes;
@@ -14,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::notify::Revocation;
+use super::notify::Notice;
 use super::store::{sha256, IssuedToken, Kind, MAX_TOKENS_PER_SESSION};
 use super::ReferenceApi;
 
@@ -110,13 +111,14 @@ fn issue_token(
     let session_key = sha256(session_id);
     let now = Instant::now();
     let mut store = api.store();
-    let (user_id, index, lifetime) = match store.sessions.get(&session_key) {
+    let (user_id, index, lifetime, sid) = match store.sessions.get(&session_key) {
         Some(session) if session.expires > now => {
             if session.tokens_issued >= MAX_TOKENS_PER_SESSION {
                 return Err(Refusal::Error(StatusCode::FORBIDDEN, "too_many_tokens"));
             }
             let lifetime = lifetime.min(session.expires - now);
-            (session.user_id, session.tokens_issued, lifetime)
+            let sid = session.sid.clone();
+            (session.user_id, session.tokens_issued, lifetime, sid)
         }
         Some(_) => {
             store.sessions.remove(&session_key);
@@ -140,6 +142,7 @@ fn issue_token(
         user_id,
         expires: now + lifetime,
         exp: (unix_now + lifetime).as_secs(),
+        sid,
     };
     store.tokens.insert(sha256(&token), issued);
     if let Some(session) = store.sessions.get_mut(&session_key) {
@@ -149,7 +152,8 @@ fn issue_token(
 }
 
 /// `POST /api/user`, the user information acquisition API that the resolver calls: `id`,
-/// `name`, and `exp`, when the token expires, in Unix seconds (RFC 7662).
+/// `name`, `exp`, when the token expires, in Unix seconds (RFC 7662), and `sid`, the public id
+/// of the session that issued the token (what a logout names to the game servers).
 pub(super) async fn user(State(api): State<ReferenceApi>, headers: HeaderMap) -> Response {
     api.inner.user_requests.fetch_add(1, Ordering::Relaxed);
     let latency = api.user_latency();
@@ -171,7 +175,8 @@ pub(super) async fn user(State(api): State<ReferenceApi>, headers: HeaderMap) ->
                     .get(&issued.user_id)
                     .cloned()
                     .unwrap_or_default();
-                Some((issued.user_id, name, issued.exp, issued.expires - now))
+                let sid = issued.sid.clone();
+                Some((issued.user_id, name, issued.exp, sid, issued.expires - now))
             }
             Some(_) => {
                 store.tokens.remove(&key);
@@ -180,13 +185,14 @@ pub(super) async fn user(State(api): State<ReferenceApi>, headers: HeaderMap) ->
             None => None,
         }
     };
-    let Some((user_id, name, exp, remaining)) = found else {
+    let Some((user_id, name, exp, sid, remaining)) = found else {
         tracing::debug!("user refused: unknown or expired token");
         return unauthorized(r#"Bearer error="invalid_token""#, "invalid_token");
     };
     tracing::debug!(user_id, "user answered");
     let max_age = remaining.as_secs().min(MAX_AGE_CAP_SECS);
-    let mut response = Json(json!({ "id": user_id, "name": name, "exp": exp })).into_response();
+    let mut response =
+        Json(json!({ "id": user_id, "name": name, "exp": exp, "sid": &*sid })).into_response();
     if let Ok(value) = HeaderValue::from_str(&format!("private, max-age={max_age}")) {
         response.headers_mut().insert(header::CACHE_CONTROL, value);
     }
@@ -194,12 +200,18 @@ pub(super) async fn user(State(api): State<ReferenceApi>, headers: HeaderMap) ->
 }
 
 /// `POST /api/logout`: ends the session and revokes every token it issued, telling the
-/// notify targets of those still live (in the background). Always 204.
+/// notify targets (in the background) when any was still live: one notice naming the session's
+/// `sid`. Always 204.
 pub(super) async fn logout(State(api): State<ReferenceApi>, headers: HeaderMap) -> Response {
     if let Some(session_id) = session_cookie(&headers) {
-        let live = end_session(&api, session_id);
-        if let (Some(notifier), false) = (&api.inner.notifier, live.is_empty()) {
-            notifier.send(live.into_iter().map(Revocation::Token).collect());
+        if let (Some(notifier), Some(ended)) = (&api.inner.notifier, end_session(&api, session_id))
+        {
+            if ended.live_tokens > 0 {
+                notifier.send(Notice::Session {
+                    user_id: ended.user_id,
+                    session: ended.sid,
+                });
+            }
         }
     }
     let clear =
@@ -207,24 +219,28 @@ pub(super) async fn logout(State(api): State<ReferenceApi>, headers: HeaderMap) 
     (StatusCode::NO_CONTENT, [(header::SET_COOKIE, clear)]).into_response()
 }
 
-/// Removes the session `session_id` and its tokens; the tokens that were still live.
+/// A session that [`end_session`] ended.
+struct Ended {
+    user_id: i64,
+    sid: Arc<str>,
+    /// Its tokens that were still live.
+    live_tokens: usize,
+}
+
+/// Removes the session `session_id` and its tokens; `None` when there is no such session.
 ///
 /// The tokens are derived outside the store's lock (HMACs, up to [`MAX_TOKENS_PER_SESSION`]), then removed
 /// under it together with the session; one issued meanwhile is derived there.
-fn end_session(api: &ReferenceApi, session_id: &str) -> Vec<String> {
+fn end_session(api: &ReferenceApi, session_id: &str) -> Option<Ended> {
     let key = sha256(session_id);
-    let Some(issued) = api.store().sessions.get(&key).map(|s| s.tokens_issued) else {
-        return Vec::new();
-    };
+    let issued = api.store().sessions.get(&key).map(|s| s.tokens_issued)?;
     let token_key = &api.inner.token_key;
     let mut tokens: Vec<String> = (0..issued)
         .map(|i| token_key.token(session_id, i))
         .collect();
     let now = Instant::now();
     let mut store = api.store();
-    let Some(session) = store.sessions.remove(&key) else {
-        return Vec::new();
-    };
+    let session = store.sessions.remove(&key)?;
     tokens.extend((issued..session.tokens_issued).map(|i| token_key.token(session_id, i)));
     tokens.retain(|token| {
         store
@@ -238,7 +254,11 @@ fn end_session(api: &ReferenceApi, session_id: &str) -> Vec<String> {
         live_tokens = tokens.len(),
         "logged out"
     );
-    tokens
+    Some(Ended {
+        user_id: session.user_id,
+        sid: session.sid,
+        live_tokens: tokens.len(),
+    })
 }
 
 /// The `session` cookie's value, if the request has a non-empty one.

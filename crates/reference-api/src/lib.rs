@@ -17,8 +17,9 @@
 //! - `login`: `POST /api/login`, and the bounded pool of password checks.
 //! - `throttle`: failed logins per username and per client address.
 //! - `handlers`: `POST /api/access_token`, `/api/user`, `/api/logout`; the shared answers.
-//! - `admin`: `POST /api/admin/ban` and `/api/admin/unban`.
-//! - `notify`: calling the game servers' `/admin/revoke` in the background.
+//! - `admin`: `POST /api/admin/ban` and `/api/admin/unban`, `GET /api/admin/notifications`.
+//! - `notify`: calling the game servers' `/admin/revoke` in the background, from a bounded,
+//!   coalescing outbox per game server ([`PendingNotifications`]).
 //! - `play`: the browser page.
 //!
 //! It does not own the resolving, which is the game server's side (the `token-resolver`
@@ -76,6 +77,7 @@ pub use self::config::{
 use self::handlers::{access_token, logout, user};
 use self::login::{login, Verifier};
 use self::notify::Notifier;
+pub use self::notify::PendingNotifications;
 use self::serve::ConnectionCounts;
 pub use self::store::MAX_TOKENS_PER_SESSION;
 use self::store::{hash_password, random_secret, Account, Store, TokenKey};
@@ -149,7 +151,12 @@ impl ReferenceApi {
     pub fn new(config: ApiConfig) -> Result<Self, ApiConfigError> {
         config.validate()?;
         let notifier = match (&config.admin_secret, config.notify.is_empty()) {
-            (Some(secret), false) => Some(Notifier::new(&config.notify, secret.clone())?),
+            (Some(secret), false) => Some(Notifier::new(
+                &config.notify,
+                secret.clone(),
+                config.notify_retry_for,
+                config.public_url.as_deref(),
+            )?),
             _ => None,
         };
         let mut accounts = HashMap::new();
@@ -200,8 +207,8 @@ impl ReferenceApi {
         })
     }
 
-    /// The axum router serving the four `/api/*` endpoints and the two `/api/admin/*` ones
-    /// (other methods on them answer 405 with `Allow: POST`), with request bodies limited to
+    /// The axum router serving the four `/api/*` endpoints and the three `/api/admin/*` ones
+    /// (other methods on them answer 405 with `Allow`), with request bodies limited to
     /// 4 KiB, and the browser client at `GET /play`.
     ///
     /// Serve it with [`into_make_service_with_connect_info::<SocketAddr>`](Router::into_make_service_with_connect_info),
@@ -215,6 +222,7 @@ impl ReferenceApi {
             .route("/api/logout", post(logout))
             .route("/api/admin/ban", post(admin::ban))
             .route("/api/admin/unban", post(admin::unban))
+            .route("/api/admin/notifications", get(admin::notifications))
             .route("/play", get(play::page))
             .route("/play.js", get(play::script))
             .route("/play.css", get(play::style))
@@ -226,6 +234,15 @@ impl ReferenceApi {
     /// count the resolver's upstream calls.
     pub fn user_requests(&self) -> u64 {
         self.inner.user_requests.load(Ordering::Relaxed)
+    }
+
+    /// Notifications to game servers not delivered yet, across the notify targets (0 without
+    /// any). Each target's detail is at `GET /api/admin/notifications`.
+    pub fn pending_notifications(&self) -> usize {
+        self.inner
+            .notifier
+            .as_ref()
+            .map_or(0, Notifier::pending_count)
     }
 
     /// How many password checks (argon2 runs) have started, unknown usernames included. A
@@ -297,6 +314,9 @@ impl ReferenceApi {
         let local_addr = listener.local_addr()?;
         let counts = Arc::new(ConnectionCounts::default());
         let base_url = serve::base_url(local_addr, tls.is_some());
+        if let Some(notifier) = &self.inner.notifier {
+            notifier.default_auth_url(&base_url);
+        }
         let router = self.router();
         let served = counts.clone();
         let task = ServerTask::spawn(move |stopped| {

@@ -104,6 +104,7 @@ fn start_session(api: &ReferenceApi, user_id: i64) -> Response {
             user_id,
             expires: now + SESSION_TTL,
             tokens_issued: 0,
+            sid: api.inner.token_key.public_session_id(&session_id),
         };
         store.sessions.insert(sha256(&session_id), session);
         store.names.get(&user_id).cloned().unwrap_or_default()

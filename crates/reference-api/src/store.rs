@@ -9,8 +9,14 @@
 //! id (its cookie) and the API derives that session's tokens again to name them to the game
 //! servers. Without the session id (never stored) the hashes lead nowhere, and without the key
 //! no one can compute a token.
+//!
+//! Each session also has a public id, its `sid`: `base64url(HMAC-SHA256(key, "session-public"
+//! ‖ session id))` cut to 128 bits. `/api/user` answers it with each of the session's tokens,
+//! and a logout names it to the game servers, which end every session whose token had it: one
+//! notice per logout however many tokens the session took. It says nothing of the session id.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use argon2::password_hash::SaltString;
@@ -71,6 +77,8 @@ pub(super) struct Session {
     pub(super) expires: Instant,
     /// How many tokens it issued: the indexes its tokens are derived from.
     pub(super) tokens_issued: u32,
+    /// Its public id, the `sid` of its tokens' answers.
+    pub(super) sid: Arc<str>,
 }
 
 /// An access token issued by `/api/access_token`.
@@ -81,6 +89,8 @@ pub(super) struct IssuedToken {
     pub(super) expires: Instant,
     /// The same moment as Unix seconds (rounded down), the `exp` that `/api/user` answers.
     pub(super) exp: u64,
+    /// The public id of the session that issued it, the `sid` that `/api/user` answers.
+    pub(super) sid: Arc<str>,
 }
 
 /// Which map [`Store::make_room`] is about to insert into.
@@ -131,6 +141,14 @@ impl TokenKey {
         mac.update(session_id.as_bytes());
         mac.update(&index.to_be_bytes());
         URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+    }
+
+    /// The public id (`sid`) of the session `session_id`: 22 base64url characters.
+    pub(super) fn public_session_id(&self, session_id: &str) -> Arc<str> {
+        let mut mac = self.0.clone();
+        mac.update(b"session-public\0");
+        mac.update(session_id.as_bytes());
+        Arc::from(URL_SAFE_NO_PAD.encode(&mac.finalize().into_bytes()[..16]))
     }
 }
 

@@ -153,7 +153,10 @@ async fn password_login_token_and_user_works() {
     assert!(max_age(&response) <= 60);
     let mut answer = json_body(response).await;
     assert!(answer["exp"].is_u64(), "{answer}");
+    let sid = answer["sid"].as_str().expect("the session's public id");
+    assert!(sid.len() == 22 && !cookie.contains(sid), "{sid}");
     answer.as_object_mut().unwrap().remove("exp");
+    answer.as_object_mut().unwrap().remove("sid");
     assert_eq!(answer, json!({ "id": 2, "name": "Bob" }));
 }
 

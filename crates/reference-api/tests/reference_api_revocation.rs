@@ -5,12 +5,11 @@
 
 use token_resolver_support as support;
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 use support::{eventually, json_of, reference_api_with, ApiCalls, RevokeRecorder};
-use token_resolver_reference_api::{AdminSecret, ApiConfig, RunningApi};
+use token_resolver_reference_api::{AdminSecret, ApiConfig, RunningApi, MAX_TOKENS_PER_SESSION};
 
 const SECRET: &str = "s3cret-admin-token-of-32-bytes!!";
 
@@ -43,40 +42,136 @@ fn unix_now() -> u64 {
 }
 
 #[tokio::test]
-async fn logout_notifies_exactly_the_sessions_live_tokens_with_the_secret() {
-    // Logout tells the game server of each token of that session still live, and of no other
-    // (not an expired one, not another session's), as POST {"access_token"} with the secret.
+async fn logout_notifies_the_session_once_by_its_sid_with_the_auth_url_and_the_secret() {
+    // Logout tells the game server of the session, once, by the `sid` that `/api/user`
+    // answered for its tokens (and not another session's), with this API's base URL as
+    // `auth_url`, as POST with the secret; the session's tokens fail at once.
     let recorder = RevokeRecorder::start().await;
     let running = api_notifying(&[&recorder]).await;
     let api = ApiCalls::new(&running.base_url());
     let ending = api.session("alice", "wonderland").await;
     let staying = api.session("alice", "wonderland").await;
     let live = [api.token(&ending).await, api.token(&ending).await];
-    let short = api
-        .token_raw(&ending, Some(&json!({ "expires_in": 1 })))
-        .await;
-    assert_eq!(short.status(), 200);
     let other = api.token(&staying).await;
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let sid_of = |token: &str| {
+        let api = &api;
+        let token = token.to_owned();
+        async move { json_of(api.user(&token).await).await["sid"].clone() }
+    };
+    let sid = sid_of(&live[0]).await;
+    assert!(sid.is_string(), "{sid}");
+    assert_eq!(sid_of(&live[1]).await, sid, "one sid per session");
+    assert_ne!(sid_of(&other).await, sid, "another session, another sid");
 
     assert_eq!(api.logout(&ending).await.status(), 204);
 
-    let calls = settled_calls(&recorder, 2).await;
-    assert_eq!(calls.len(), 2, "{calls:?}");
-    let revoked: BTreeSet<String> = calls.iter().map(|c| c.body.to_string()).collect();
-    let expected: BTreeSet<String> = live
-        .iter()
-        .map(|t| json!({ "access_token": t }).to_string())
-        .collect();
-    assert_eq!(revoked, expected);
-    for call in &calls {
-        assert_eq!(call.method, "POST");
-        assert_eq!(call.authorization.as_deref(), Some(bearer().as_str()));
-    }
+    let calls = settled_calls(&recorder, 1).await;
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(
+        calls[0].body,
+        json!({ "user_id": 1, "session": sid, "auth_url": running.base_url() })
+    );
+    assert_eq!(calls[0].method, "POST");
+    assert_eq!(calls[0].authorization.as_deref(), Some(bearer().as_str()));
     for token in &live {
         assert_eq!(api.user(token).await.status(), 401);
     }
     assert_eq!(api.user(&other).await.status(), 200);
+}
+
+#[tokio::test]
+async fn a_logout_of_a_session_that_took_every_token_it_may_is_one_notification() {
+    // Pins down "a logout costs each node one message": a session that took the most tokens a
+    // session may ([`MAX_TOKENS_PER_SESSION`]) logs out, and the game server is called once.
+    let recorder = RevokeRecorder::start().await;
+    let running = api_notifying(&[&recorder]).await;
+    let api = ApiCalls::new(&running.base_url());
+    let login = api
+        .post_json("/api/login", &json!({ "device_id": "hoarder" }))
+        .await;
+    let cookie = support::cookie_of(&login);
+    for _ in 0..MAX_TOKENS_PER_SESSION {
+        api.token(&cookie).await;
+    }
+    assert_eq!(api.token_raw(&cookie, None).await.status(), 403);
+    assert_eq!(api.logout(&cookie).await.status(), 204);
+    let calls = settled_calls(&recorder, 1).await;
+    assert_eq!(calls.len(), 1, "one notice, not one per token");
+    assert!(calls[0].body["session"].is_string(), "{:?}", calls[0].body);
+}
+
+#[tokio::test]
+async fn the_public_url_is_the_auth_url_of_every_notification() {
+    // With `public_url` set (the API behind a proxy), notifications name it, not the listen
+    // address.
+    let recorder = RevokeRecorder::start().await;
+    let running = reference_api_with(ApiConfig {
+        notify: vec![recorder.base_url()],
+        public_url: Some("https://auth.example.test".to_owned()),
+        admin_secret: Some(AdminSecret::new(SECRET).unwrap()),
+        ..ApiConfig::default()
+    })
+    .await;
+    let api = ApiCalls::new(&running.base_url());
+    api.admin("ban", Some(&bearer()), r#"{"user_id":2}"#).await;
+    let calls = settled_calls(&recorder, 1).await;
+    assert_eq!(
+        calls[0].body,
+        json!({ "user_id": 2, "auth_url": "https://auth.example.test" })
+    );
+}
+
+#[tokio::test]
+async fn a_game_server_down_for_longer_than_the_old_tries_still_gets_the_ban() {
+    // A game server refusing with 503 for 10 s (longer than the five tries of old): the ban
+    // is retried until it is taken, and what is pending shows meanwhile.
+    let started = Instant::now();
+    let recorder = RevokeRecorder::scripted(move |_| {
+        let status = if started.elapsed() < Duration::from_secs(10) {
+            503
+        } else {
+            200
+        };
+        (status, Duration::ZERO)
+    })
+    .await;
+    let running = api_notifying(&[&recorder]).await;
+    let api = ApiCalls::new(&running.base_url());
+    api.admin("ban", Some(&bearer()), r#"{"user_id":3}"#).await;
+    eventually("a failed try", || !recorder.calls().is_empty()).await;
+    assert_eq!(running.api().pending_notifications(), 1);
+    let pending: serde_json::Value =
+        serde_json::from_str(&api.admin_get("notifications", &bearer()).await).unwrap();
+    let target = &pending["targets"][0];
+    assert_eq!(
+        (target["bans"].clone(), target["logouts"].clone()),
+        (json!(1), json!(0))
+    );
+    assert!(
+        target["last_error"].as_str().unwrap().contains("503"),
+        "{target}"
+    );
+    tokio::time::sleep_until((started + Duration::from_secs(10)).into()).await;
+    assert_eq!(
+        running.api().pending_notifications(),
+        1,
+        "still pending, not given up on"
+    );
+    eventually("the ban is taken", || {
+        recorder
+            .calls()
+            .last()
+            .is_some_and(|c| c.at >= started + Duration::from_secs(10))
+    })
+    .await;
+    eventually("nothing pending", || {
+        running.api().pending_notifications() == 0
+    })
+    .await;
+    assert!(recorder
+        .calls()
+        .iter()
+        .all(|c| c.body == json!({"user_id": 3, "auth_url": running.base_url()})));
 }
 
 #[tokio::test]
@@ -123,8 +218,9 @@ async fn a_failing_game_server_is_retried_until_it_takes_the_revocation() {
 
     let calls = settled_calls(&recorder, 3).await;
     assert_eq!(calls.len(), 3, "{calls:?}");
+    assert!(api.user(&token).await.status() == 401);
     for call in &calls {
-        assert_eq!(call.body, json!({ "access_token": token }));
+        assert_eq!(call.body, calls[0].body, "the same notice each time");
     }
     let first_pause = calls[1].at - calls[0].at;
     let second_pause = calls[2].at - calls[1].at;
@@ -179,7 +275,10 @@ async fn ban_revokes_at_once_refuses_login_notifies_and_unban_lets_in() {
 
     let calls = settled_calls(&recorder, 1).await;
     assert_eq!(calls.len(), 1);
-    assert_eq!(calls[0].body, json!({ "user_id": 1 }));
+    assert_eq!(
+        calls[0].body,
+        json!({ "user_id": 1, "auth_url": running.base_url() })
+    );
     assert_eq!(calls[0].authorization.as_deref(), Some(bearer().as_str()));
 
     let response = api
@@ -400,9 +499,8 @@ fn notify_needs_a_secret_and_admin_base_urls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_game_server_that_is_down_does_not_take_the_notices_of_the_others() {
-    // Pins down the bound on notifications in flight, per target: batches to a game server that
-    // never answers each wait out every try, and must not use up the places of a game server
-    // that is up, which is told of every logout.
+    // Pins down one outbox per target: a game server that never answers holds up its own
+    // notifications only, and one that is up is told of every logout.
     let down = RevokeRecorder::scripted(|_| (200, Duration::from_secs(120))).await;
     let up = RevokeRecorder::start().await;
     let running = api_notifying(&[&down, &up]).await;

@@ -159,6 +159,20 @@ impl ApiCalls {
         }
         request.send().await.unwrap()
     }
+
+    /// `GET /api/admin/{what}` with `Authorization: {authorization}`: the body, after checking
+    /// that the answer is 200.
+    pub async fn admin_get(&self, what: &str, authorization: &str) -> String {
+        let response = self
+            .client
+            .get(self.url(&format!("/api/admin/{what}")))
+            .header("authorization", authorization)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "GET /api/admin/{what}");
+        response.text().await.unwrap()
+    }
 }
 
 /// The `session=…` pair of a login answer's `Set-Cookie`.

@@ -80,6 +80,15 @@ pub(crate) struct GameServerArgs {
     /// sessions whose token is rejected; off unless given.
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) revalidate: Option<u64>,
+    /// Re-checks begun per second across the sessions, at most, after revocations may have
+    /// been missed (a lost channel, a gap past the stream): a steady trickle, not a stampede.
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) recheck_rate: u32,
+    /// Seconds a session whose re-check gets no answer (the integrator overloaded, timing out
+    /// or down) stays connected before it is closed with auth_unavailable; without it, as long
+    /// as the outage lasts. An outage never counts as "still valid".
+    #[arg(long, value_name = "SECS")]
+    pub(crate) unverified_grace: Option<u64>,
     /// The shared cache tier on Redis.
     #[command(flatten)]
     pub(crate) redis: RedisArgs,
@@ -232,6 +241,8 @@ fn server(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<GameServer, 
         advertised_host: args.advertise_host.clone(),
         reauth_grace: Duration::from_secs(args.reauth_grace),
         revalidate: args.revalidate.map(Duration::from_secs),
+        recheck_rate: args.recheck_rate,
+        unverified_grace: args.unverified_grace.map(Duration::from_secs),
         ..GameServerConfig::default()
     };
     GameServer::new(resolver(args, tier)?, config).map_err(|e| e.to_string())

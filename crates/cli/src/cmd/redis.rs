@@ -36,6 +36,10 @@ pub(crate) struct RedisArgs {
     /// Prefix of the shared tier's Redis keys and channel.
     #[arg(long, value_name = "PREFIX", default_value = "token-resolver:")]
     pub(crate) redis_prefix: String,
+    /// Revocations the shared tier's stream keeps (approximately): a node cut off for longer
+    /// than they span catches up by re-checking every session instead.
+    #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) redis_stream_len: u64,
 }
 
 impl RedisArgs {
@@ -62,7 +66,9 @@ impl RedisArgs {
             (None, Some(master)) => RedisTier::sentinel(&self.redis_sentinel, master, secret),
             (None, None) => RedisTier::cluster(&self.redis_cluster_node, secret),
         };
-        tier = tier.key_prefix(&self.redis_prefix);
+        tier = tier
+            .key_prefix(&self.redis_prefix)
+            .stream_len(self.redis_stream_len);
         match std::env::var("TOKEN_RESOLVER_REDIS_PASSWORD") {
             Ok(password) => tier = tier.password(password),
             Err(std::env::VarError::NotPresent) => {}

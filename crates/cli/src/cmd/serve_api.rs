@@ -39,6 +39,13 @@ pub(crate) struct ServeApiArgs {
     /// bans at URL/admin/revoke; repeatable. Needs TOKEN_RESOLVER_ADMIN_TOKEN.
     #[arg(long, value_name = "URL")]
     pub(crate) notify: Vec<String>,
+    /// How long a notification a game server has not taken is retried, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 900)]
+    pub(crate) notify_retry_for: u64,
+    /// This API's base URL as game servers know it (their players' authUrl), named as
+    /// auth_url in every notification; default: the address it listens on.
+    #[arg(long, value_name = "URL")]
+    pub(crate) public_url: Option<String>,
 }
 
 /// Serves until Ctrl-C; exit 2 on a bad users file, notify target or admin secret.
@@ -124,5 +131,8 @@ fn config(args: &ServeApiArgs) -> Result<ApiConfig, String> {
         ));
     }
     config.notify = args.notify.clone();
+    config.notify_retry_for = Duration::from_secs(args.notify_retry_for);
+    config.public_url = args.public_url.clone();
+    config.validate().map_err(|e| e.to_string())?;
     Ok(config)
 }

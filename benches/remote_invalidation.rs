@@ -1,0 +1,140 @@
+//! What a remote token invalidation costs the node that receives it, and how that grows with
+//! the tokens it caches: node B caches `N` tokens (10,000, then 1,000,000), is cut off from
+//! Redis by a relay while node A revokes 10,000 of them, and then catches up on the stream in
+//! one burst. The burst's span, from B's first revocation event to its last, divided by the
+//! messages, is the cost per message on B (reading it from Redis, checking it, finding the
+//! entry through the index, dropping it, telling B's sessions): an upper bound of its CPU.
+//!
+//! `cargo bench --bench remote_invalidation --features redis` prints one row per `N` and the
+//! ratio of the two, measured in the same run. Needs `redis-server` on the PATH (skipped with
+//! a note otherwise). `REMOTE_INVALIDATION_MAX=N` changes the larger row's size.
+
+use token_resolver_support::bench as support;
+
+use std::time::{Duration, Instant};
+
+use token_resolver::{RedisTier, Resolver, Revocation};
+use token_resolver_support::redis::RedisServer;
+use token_resolver_support::Relay;
+
+use support::{runtime, token, Upstream, UpstreamConfig};
+
+const SECRET: &str = "bench-secret-of-32-bytes-length!";
+/// Revocations in each burst.
+const BURST: u64 = 10_000;
+/// Resolutions in flight while a node's cache is filled.
+const FILLERS: u64 = 64;
+
+/// A node resolving at `base` through `tier`, caching up to two million tokens for the run.
+fn node(base: &str, tier: RedisTier) -> Resolver {
+    Resolver::builder()
+        .default_auth_url(base)
+        .cache_ttl(Duration::from_secs(3600))
+        .max_cache_entries(2_000_000)
+        .shared_cache(tier)
+        .build()
+        .expect("a resolver")
+}
+
+/// Resolves tokens `0..count` of set `set` at `base` on `node`, `FILLERS` at a time.
+async fn fill(node: &Resolver, base: &str, set: char, count: u64) {
+    let tasks: Vec<_> = (0..FILLERS)
+        .map(|filler| {
+            let (node, base) = (node.clone(), base.to_owned());
+            tokio::spawn(async move {
+                for i in (filler..count).step_by(FILLERS as usize) {
+                    node.resolve(&base, &token(set, i))
+                        .await
+                        .expect("the upstream answers");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a filler");
+    }
+}
+
+/// One row: B caches `cached` tokens, misses `BURST` revocations of them behind a partition,
+/// and catches up. The cost per message, in microseconds.
+async fn row(redis: &RedisServer, upstream: &Upstream, set: char, cached: u64) -> f64 {
+    let base = upstream.base();
+    let path = Relay::start(redis.addr()).await;
+    let b = node(
+        &base,
+        RedisTier::new(format!("redis://{}", path.addr()), SECRET)
+            .key_prefix(format!("bench-{set}:")),
+    );
+    let a = node(
+        &base,
+        RedisTier::new(redis.url(), SECRET).key_prefix(format!("bench-{set}:")),
+    );
+    let filling = Instant::now();
+    fill(&b, &base, set, cached).await;
+    eprintln!("  {cached} tokens cached on B in {:.1?}", filling.elapsed());
+    while !b.shared_cache_subscribed() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut events = b.revocations();
+    path.silence_open_connections();
+    path.refuse(true);
+    for i in 0..BURST {
+        a.invalidate(&base, &token(set, i * (cached / BURST).max(1)));
+    }
+    // Let A's writes land, then heal: B notices the silence and reads what it missed.
+    let stream = format!("bench-{set}:revocations");
+    while stream_len(redis, &stream) < BURST {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    path.refuse(false);
+    let mut first = None;
+    let mut seen = 0;
+    while seen < BURST {
+        match tokio::time::timeout(Duration::from_secs(60), events.recv()).await {
+            Ok(Ok(Revocation::Token { .. })) => {
+                first.get_or_insert_with(Instant::now);
+                seen += 1;
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(n))) => seen += n,
+            Ok(Err(_)) | Err(_) => panic!("B saw {seen} of {BURST} revocations"),
+        }
+    }
+    let span = first.expect("a first event").elapsed();
+    span.as_secs_f64() * 1e6 / (BURST - 1) as f64
+}
+
+/// Entries in the stream `key`.
+fn stream_len(redis: &RedisServer, key: &str) -> u64 {
+    match redis.command(&["XLEN", key]) {
+        Ok(redis::Value::Int(n)) => n as u64,
+        other => panic!("XLEN {key}: {other:?}"),
+    }
+}
+
+fn main() {
+    let Some(redis) = RedisServer::start() else {
+        eprintln!("remote_invalidation: skipped, redis-server is not on the PATH");
+        return;
+    };
+    let large: u64 = std::env::var("REMOTE_INVALIDATION_MAX")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000_000);
+    let runtime = runtime();
+    let upstream = Upstream::start(UpstreamConfig::default()).expect("the upstream");
+    runtime.block_on(async {
+        eprintln!("remote invalidation: a burst of {BURST} token revocations caught up by B");
+        let small = row(&redis, &upstream, 's', BURST).await;
+        let big = row(&redis, &upstream, 'l', large).await;
+        println!("| tokens cached on B | per message on B (µs) |");
+        println!("|---:|---:|");
+        println!("| {:>9} | {small:>8.2} |", BURST);
+        println!("| {large:>9} | {big:>8.2} |");
+        println!(
+            "ratio {large} / {}: {:.2}x (1.00x: the cost does not grow with the cache)",
+            BURST,
+            big / small
+        );
+    });
+}
