@@ -16,7 +16,8 @@
 //!    player's user revoked at the admin listener (`POST /admin/revoke`), the time until that
 //!    player's client reads `revoked` (target: p99 under 5 ms).
 //!
-//! `cargo bench --bench websocket` (`-- --sessions N` holds another number). The harness
+//! `cargo bench -p token-resolver-cli --bench websocket` (`-- --sessions N` holds another
+//! number; `-- --sessions-only` runs the second part alone). The harness
 //! raises its own file limit to the hard limit, which the game server inherits.
 
 use token_resolver_support::bench as support;
@@ -557,34 +558,11 @@ fn main() {
     let rt = support::runtime();
     let upstream = Upstream::start(UpstreamConfig::default()).expect("the upstream starts");
     let base = upstream.base();
+    let sessions_only = args.iter().any(|a| a == "--sessions-only");
     rt.block_on(async {
-        let server = start_game_server(&base, 4 * CONCURRENCY).await;
-        let tcp = Transport::Tcp(server.addr);
-        let ws = Transport::WebSocket(server.websocket.unwrap());
-        let over_tcp = std::sync::Arc::new(messages(tcp, 'p', PLAYERS).await);
-        let over_ws = std::sync::Arc::new(messages(ws, 'p', PLAYERS).await);
-        // Warm-up: every player's answer cached, connections to the upstream open.
-        arrivals(tcp, &over_tcp, PLAYERS as usize, CONCURRENCY).await;
-        arrivals(ws, &over_ws, PLAYERS as usize, CONCURRENCY).await;
-
-        println!("websocket: the game-server process, TCP against WebSocket, {ROUNDS} alternating rounds of {CONCURRENCY} clients (cache hits)");
-        println!();
-        println!("| row | transport | per second | p50 | p99 | game-server CPU per op | vs TCP (median, range) |");
-        println!("|---|---|---:|---:|---:|---:|---|");
-        let players = |t: Transport| if t == tcp { over_tcp.clone() } else { over_ws.clone() };
-        let pid = server.pid();
-        transport_row("joins", tcp, ws, pid, |t| {
-            let players = players(t);
-            async move { joins(t, &players, JOINS).await }
-        })
-        .await;
-        transport_row("arrivals", tcp, ws, pid, |t| {
-            let players = players(t);
-            async move { arrivals(t, &players, ARRIVALS, CONCURRENCY).await }
-        })
-        .await;
-        drop(server);
-
+        if !sessions_only {
+            transports(&base).await;
+        }
         println!();
         println!("sessions: {sessions} WebSocket sessions held by one game-server process (file limit {limit})");
         println!();
@@ -594,4 +572,39 @@ fn main() {
         }
         sessions_row(&base, sessions).await;
     });
+}
+
+/// The first part: TCP against WebSocket, joins and arrivals.
+async fn transports(base: &str) {
+    let server = start_game_server(base, 4 * CONCURRENCY).await;
+    let tcp = Transport::Tcp(server.addr);
+    let ws = Transport::WebSocket(server.websocket.unwrap());
+    let over_tcp = std::sync::Arc::new(messages(tcp, 'p', PLAYERS).await);
+    let over_ws = std::sync::Arc::new(messages(ws, 'p', PLAYERS).await);
+    // Warm-up: every player's answer cached, connections to the upstream open.
+    arrivals(tcp, &over_tcp, PLAYERS as usize, CONCURRENCY).await;
+    arrivals(ws, &over_ws, PLAYERS as usize, CONCURRENCY).await;
+
+    println!("websocket: the game-server process, TCP against WebSocket, {ROUNDS} alternating rounds of {CONCURRENCY} clients (cache hits)");
+    println!();
+    println!("| row | transport | per second | p50 | p99 | game-server CPU per op | vs TCP (median, range) |");
+    println!("|---|---|---:|---:|---:|---:|---|");
+    let players = |t: Transport| {
+        if t == tcp {
+            over_tcp.clone()
+        } else {
+            over_ws.clone()
+        }
+    };
+    let pid = server.pid();
+    transport_row("joins", tcp, ws, pid, |t| {
+        let players = players(t);
+        async move { joins(t, &players, JOINS).await }
+    })
+    .await;
+    transport_row("arrivals", tcp, ws, pid, |t| {
+        let players = players(t);
+        async move { arrivals(t, &players, ARRIVALS, CONCURRENCY).await }
+    })
+    .await;
 }
