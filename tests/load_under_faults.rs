@@ -221,7 +221,7 @@ async fn resolutions_under_a_failing_slow_upstream_keep_every_bound() {
     );
     assert_eq!(outcomes.get("ok"), Some(&(TOKENS as u64)), "{outcomes:?}");
     assert!(upstream.server.max_in_flight() <= MAX_IN_FLIGHT);
-    assert!(resolver.stats().entries <= CACHE_ENTRIES);
+    assert!(resolver.stats().entries <= CACHE_ENTRIES + IN_FLIGHT_SLACK);
     assert!(
         started.elapsed() < TIME_BOUND,
         "load and recovery took {:?}",
@@ -245,7 +245,10 @@ fn every_bound_held(
     );
     assert!(max_in_flight > 1, "the load never ran calls concurrently");
     let stats = resolver.stats();
-    assert!(stats.entries <= CACHE_ENTRIES, "{stats:?}");
+    assert!(
+        stats.entries <= CACHE_ENTRIES + IN_FLIGHT_SLACK,
+        "{stats:?}"
+    );
     assert!(
         outcomes.get("ok").copied().unwrap_or(0) > (RESOLUTIONS / 2) as u64,
         "most resolutions succeed despite the faults: {outcomes:?}"

@@ -214,7 +214,7 @@ impl Local {
                     token: fingerprint,
                 }));
                 self.store
-                    .invalidate(&KeyRef { endpoint, token } as &dyn KeyView);
+                    .invalidate_held(&KeyRef { endpoint, token } as &dyn KeyView);
             }
             Target::Fingerprint {
                 endpoint,
@@ -227,7 +227,7 @@ impl Local {
                 }));
                 let at = |key: &CacheKey| key.endpoint().as_str() == endpoint.as_str() && is(key);
                 for key in self.index.of_token(fingerprint, at) {
-                    self.store.invalidate(&key as &dyn KeyView);
+                    self.store.invalidate_held(&key as &dyn KeyView);
                 }
             }
             Target::User { endpoint, user } => {
@@ -236,7 +236,7 @@ impl Local {
                     user,
                 }));
                 for key in self.keys_of(endpoint, user) {
-                    self.store.invalidate(&key as &dyn KeyView);
+                    self.store.invalidate_held(&key as &dyn KeyView);
                 }
             }
             Target::Session {
@@ -254,7 +254,7 @@ impl Local {
                         .user(&key)
                         .is_some_and(|u| u.session() == Some(session))
                     {
-                        self.store.invalidate(&key as &dyn KeyView);
+                        self.store.invalidate_held(&key as &dyn KeyView);
                     }
                 }
             }

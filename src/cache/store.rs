@@ -204,6 +204,22 @@ impl Store {
         self.rejections.invalidate(key);
     }
 
+    /// Drops `key`'s answer from the caches that hold it: a probe of each, which records no
+    /// read, and a removal (moka's costly part: a lock on the key, a write to apply) only where
+    /// it is. For a revocation: an insert that races with it is caught by the revocation log,
+    /// which [`Local::store`](super::local::Local::store) checks again once it has inserted.
+    pub(crate) fn invalidate_held(&self, key: &dyn KeyView) {
+        if self.lasting.contains_key(key) {
+            self.lasting.invalidate(key);
+        }
+        if self.timed.contains_key(key) {
+            self.timed.invalidate(key);
+        }
+        if self.rejections.contains_key(key) {
+            self.rejections.invalidate(key);
+        }
+    }
+
     /// Drops every answer.
     pub(crate) fn invalidate_all(&self) {
         self.lasting.invalidate_all();

@@ -50,23 +50,30 @@ pub(super) enum Revoked {
 }
 
 impl Revoked {
+    /// The endpoint it names, as written; `None` for everything.
+    pub(super) fn endpoint(&self) -> Option<&str> {
+        match self {
+            Revoked::Token { endpoint, .. }
+            | Revoked::User { endpoint, .. }
+            | Revoked::Session { endpoint, .. } => Some(endpoint),
+            Revoked::All { .. } => None,
+        }
+    }
+
     /// Applies another node's revocation to this node's local tier, which tells the local
-    /// subscribers.
-    pub(super) fn apply(self, local: &Local, mac: &Hmac<Sha256>) {
-        let (scope, endpoint) = match &self {
-            Revoked::Token { endpoint, .. } => (Scope::Token, Some(endpoint)),
-            Revoked::User { endpoint, .. } => (Scope::User, Some(endpoint)),
-            Revoked::Session { endpoint, .. } => (Scope::Session, Some(endpoint)),
-            Revoked::All { .. } => (Scope::All, None),
+    /// subscribers; `at` is [`endpoint`](Self::endpoint) parsed (the reader keeps the few it
+    /// sees parsed).
+    pub(super) fn apply(self, at: Option<&Endpoint>, local: &Local, mac: &Hmac<Sha256>) {
+        let scope = match &self {
+            Revoked::Token { .. } => Scope::Token,
+            Revoked::User { .. } => Scope::User,
+            Revoked::Session { .. } => Scope::Session,
+            Revoked::All { .. } => Scope::All,
         };
         telemetry::count_invalidation(scope, "remote");
-        let at = match endpoint.map(|e| Endpoint::parse(e, true)) {
-            Some(Ok(at)) => Some(at),
-            Some(Err(_)) => {
-                return tracing::warn!("ignoring a revocation naming no usable endpoint")
-            }
-            None => None,
-        };
+        if self.endpoint().is_some() && at.is_none() {
+            return tracing::warn!("ignoring a revocation naming no usable endpoint");
+        }
         match (self, at) {
             (Revoked::Token { endpoint, digest }, Some(at)) => {
                 let Some(fingerprint) = fingerprint_of(&digest) else {
@@ -74,7 +81,7 @@ impl Revoked {
                 };
                 let is = |key: &CacheKey| token_digest(mac, at.as_str(), key.token()) == digest;
                 let target = Target::Fingerprint {
-                    endpoint: &at,
+                    endpoint: at,
                     fingerprint,
                     is: &is,
                 };
@@ -83,7 +90,7 @@ impl Revoked {
             }
             (Revoked::User { endpoint, user_id }, Some(at)) => {
                 let target = Target::User {
-                    endpoint: &at,
+                    endpoint: at,
                     user: user_id,
                 };
                 local.revoke(target, Revocation::User { endpoint, user_id });
@@ -97,7 +104,7 @@ impl Revoked {
                 Some(at),
             ) => {
                 let target = Target::Session {
-                    endpoint: &at,
+                    endpoint: at,
                     user: user_id,
                     session: &session,
                 };

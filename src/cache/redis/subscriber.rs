@@ -14,6 +14,7 @@
 //! catches up. On a cluster the stream lives on the master that owns its slot; the reader has a
 //! connection of its own, which follows the slot through failovers.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -25,6 +26,7 @@ use super::conn::Conn;
 use super::connect::READ_RESPONSE_TIMEOUT;
 use super::invalidation::Message;
 use super::{Core, SharedCache};
+use crate::auth_url::Endpoint;
 use crate::cache::local::Local;
 use crate::cache::Revocation;
 use crate::telemetry;
@@ -94,6 +96,7 @@ impl SharedCache {
             local,
             last: Position(since_start.as_millis() as u64, 0),
             read_any: false,
+            endpoints: Endpoints::default(),
         };
         let _ = self.subscriber.set(runtime.spawn(reader.run()));
     }
@@ -109,6 +112,31 @@ struct Reader {
     last: Position,
     /// Whether `last` is an entry this reader read (rather than where it started).
     read_any: bool,
+    /// The endpoints revocations named lately, parsed.
+    endpoints: Endpoints,
+}
+
+/// The endpoints revocations name, parsed once: a node serves a handful, and parsing a URL
+/// for every revocation would cost more than applying it.
+#[derive(Default)]
+struct Endpoints(HashMap<String, Option<Endpoint>>);
+
+impl Endpoints {
+    /// Most endpoints kept; past it, the map starts again (revocations naming many endpoints
+    /// cost a parse each, and no memory).
+    const KEPT: usize = 64;
+
+    /// `endpoint` parsed, `None` when it is no usable endpoint.
+    fn get(&mut self, endpoint: &str) -> Option<&Endpoint> {
+        if !self.0.contains_key(endpoint) {
+            if self.0.len() >= Self::KEPT {
+                self.0.clear();
+            }
+            let parsed = Endpoint::parse(endpoint, true).ok();
+            self.0.insert(endpoint.to_owned(), parsed);
+        }
+        self.0.get(endpoint).and_then(Option::as_ref)
+    }
 }
 
 impl Reader {
@@ -277,7 +305,8 @@ impl Reader {
                             .generation
                             .fetch_max(*generation, Ordering::AcqRel);
                     }
-                    message.what.apply(&local, &self.core.mac);
+                    let at = message.what.endpoint().and_then(|e| self.endpoints.get(e));
+                    message.what.apply(at, &local, &self.core.mac);
                 }
                 None => tracing::warn!("ignoring a malformed revocation on the stream"),
             }
@@ -326,5 +355,19 @@ mod tests {
         assert!(Position::parse("1700-6").unwrap() > a);
         assert_eq!(a.id(), "1700-5");
         assert_eq!(Position::parse("nope"), None);
+    }
+
+    #[test]
+    fn endpoints_are_parsed_once_and_kept_bounded() {
+        let mut endpoints = Endpoints::default();
+        let a = endpoints
+            .get("https://a.example")
+            .map(|e| e.as_str().to_owned());
+        assert_eq!(a.as_deref(), Some("https://a.example/api/user"));
+        assert!(endpoints.get("ftp://nope").is_none(), "no usable endpoint");
+        for i in 0..Endpoints::KEPT * 2 {
+            assert!(endpoints.get(&format!("https://n{i}.example")).is_some());
+            assert!(endpoints.0.len() <= Endpoints::KEPT);
+        }
     }
 }

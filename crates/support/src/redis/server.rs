@@ -76,10 +76,16 @@ impl RedisServer {
     }
 
     fn launch(&mut self) {
+        // A replica writes the snapshot it syncs from its master into its working directory,
+        // `--save ""` or not: keep it out of the checkout.
+        let dir = std::env::temp_dir().join(format!("token-resolver-redis-{}", self.port));
+        std::fs::create_dir_all(&dir).expect("a directory for redis-server under the temp dir");
         let child = Command::new("redis-server")
             .args([
                 "--port",
                 &self.port.to_string(),
+                "--dir",
+                dir.to_str().expect("the temp dir is UTF-8"),
                 "--bind",
                 "127.0.0.1",
                 "--save",
