@@ -16,8 +16,8 @@ use support::{
 };
 use token_resolver::Identity;
 use token_resolver_game_server::{
-    GameClient, GameServerConfig, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, ROOM_NOT_FOUND,
-    SERVER_BUSY,
+    GameClient, GameServerConfig, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, LOGIN_TIMEOUT,
+    ROOM_NOT_FOUND, SERVER_BUSY,
 };
 use token_resolver_player::{RoomInfo, RoomJoinArgs};
 
@@ -325,6 +325,73 @@ async fn a_silent_connection_is_closed_after_the_idle_timeout() {
     let answer = client.read_answer().await.unwrap();
     assert_eq!(answer["error"], IDLE_TIMEOUT);
     assert!(client.read_answer().await.is_err());
+}
+
+#[tokio::test]
+async fn a_squatter_that_chats_but_never_logs_in_is_closed_at_the_login_timeout() {
+    // Pins down "authenticate or leave": with one slot, a client that sends search_room every
+    // 100 ms and never connects is told login_timeout and closed once the login timeout from
+    // accept has passed (its messages do not extend it), and a real player takes the slot.
+    const LOGIN: Duration = Duration::from_millis(700);
+    let api = reference_api().await;
+    let token = login_and_take_token(&api.base_url(), "alice", "wonderland").await;
+    let config = GameServerConfig {
+        max_connections: 1,
+        login_timeout: LOGIN,
+        ..Default::default()
+    };
+    let game = game_server_with(resolver_for(&api.base_url()).build().unwrap(), config).await;
+    let started = std::time::Instant::now();
+    let mut squatter = GameClient::open(game.local_addr()).await.unwrap();
+    let chatting = async {
+        loop {
+            match squatter.search_rooms().await {
+                Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(e) => break e,
+            }
+        }
+    };
+    let refused = tokio::time::timeout(LOGIN + Duration::from_secs(5), chatting)
+        .await
+        .expect("the squatter was never closed");
+    let held = started.elapsed();
+    assert_eq!(refused.code(), Some(LOGIN_TIMEOUT), "{refused}");
+    assert!(
+        held >= LOGIN && held < LOGIN + Duration::from_secs(2),
+        "closed after {held:?}, login timeout {LOGIN:?}"
+    );
+    assert!(squatter.read_answer().await.is_err(), "and closed");
+
+    let mut player = None;
+    for _ in 0..50 {
+        let mut client = GameClient::open(game.local_addr()).await.unwrap();
+        if let Ok(me) = client.connect(Some(&token)).await {
+            player = me;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        player.map(|p| p.id),
+        Some(1),
+        "the real player got the slot"
+    );
+}
+
+#[tokio::test]
+async fn a_player_who_logged_in_outlives_the_login_timeout() {
+    // Pins down that the login timeout ends with a login: a connected player stays past it.
+    let api = reference_api().await;
+    let token = login_and_take_token(&api.base_url(), "alice", "wonderland").await;
+    let config = GameServerConfig {
+        login_timeout: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let game = game_server_with(resolver_for(&api.base_url()).build().unwrap(), config).await;
+    let mut client = GameClient::open(game.local_addr()).await.unwrap();
+    client.connect(Some(&token)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(client.search_rooms().await.is_ok(), "still served");
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 #[cfg(doc)]
-use super::protocol::{IDLE_TIMEOUT, LINE_TOO_LONG, SERVER_BUSY};
+use super::protocol::{IDLE_TIMEOUT, LINE_TOO_LONG, LOGIN_TIMEOUT, SERVER_BUSY};
 #[cfg(doc)]
 use super::GameServer;
 use token_resolver::Endpoint;
@@ -160,6 +160,10 @@ pub struct GameServerConfig {
     /// Longest message line, newline excluded; a longer one is answered [`LINE_TOO_LONG`]
     /// and the connection closed. Default: 16 KiB.
     pub max_line_bytes: usize,
+    /// Longest time from accept to a `connect` (or a `join`) that resolves; then
+    /// [`LOGIN_TIMEOUT`] and close. Other messages do not extend it, so a client that never
+    /// logs in cannot hold a connection slot with chatter. Default: 10 s.
+    pub login_timeout: Duration,
     /// Longest wait for the next complete message; then [`IDLE_TIMEOUT`] and close.
     /// Default: 60 s.
     pub idle_timeout: Duration,
@@ -198,6 +202,7 @@ impl Default for GameServerConfig {
         GameServerConfig {
             rooms: RoomConfig::defaults(None),
             max_line_bytes: 16 * 1024,
+            login_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             write_timeout: Duration::from_secs(10),
             max_connections: 1024,

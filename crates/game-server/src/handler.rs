@@ -12,11 +12,23 @@ use super::state::Shared;
 use super::telemetry::MESSAGES_TOTAL;
 use token_resolver::{AccessToken, ConnectRequest, ErrorCode, Identity, JoinRequest, ResolveError};
 
-/// What handling a message gives the session: the answer, and whether the session ends
-/// after it.
+/// What handling a message gives the session: the answer, whether the session ends after it,
+/// and whether it let the player in (a `connect` or a `join` that resolved), which ends the
+/// deadline to log in.
 pub(super) struct Reply {
     pub(super) message: Vec<u8>,
     pub(super) close: bool,
+    pub(super) admitted: bool,
+}
+
+impl Reply {
+    /// An answer that lets the player in.
+    fn admitted(message: Vec<u8>) -> Reply {
+        Reply {
+            admitted: true,
+            ..Reply::from(message)
+        }
+    }
 }
 
 impl From<Vec<u8>> for Reply {
@@ -24,6 +36,7 @@ impl From<Vec<u8>> for Reply {
         Reply {
             message,
             close: false,
+            admitted: false,
         }
     }
 }
@@ -75,7 +88,9 @@ pub(super) async fn handle(
                             &identity,
                         );
                     }
-                    encode(&json!({"type": "connected", "user": Player::of(&identity)})).into()
+                    Reply::admitted(encode(
+                        &json!({"type": "connected", "user": Player::of(&identity)}),
+                    ))
                 }
                 Err(e) => resolve_refusal(connection, "connect", &e).into(),
             }
@@ -87,7 +102,7 @@ pub(super) async fn handle(
             };
             encode(&json!({"type": "rooms", "rooms": rooms})).into()
         }
-        Request::Join(join) => self::join(shared, connection, holdings, join).await.into(),
+        Request::Join(join) => self::join(shared, connection, holdings, join).await,
         Request::Refresh { access_token } => {
             refresh(shared, connection, holdings, access_token).await
         }
@@ -121,7 +136,7 @@ async fn join(
     connection: u64,
     holdings: &mut Holdings,
     join: JoinMessage,
-) -> Vec<u8> {
+) -> Reply {
     let JoinMessage { args, access_token } = join;
     let Some(room) = shared.rooms.iter().find(|r| r.id == args.room_id) else {
         tracing::info!(
@@ -134,7 +149,8 @@ async fn join(
             ROOM_NOT_FOUND,
             "this server has no room with that roomId; search rooms again",
             false,
-        );
+        )
+        .into();
     };
     if !room.accepts(&args.auth_url) {
         let outcome = ErrorCode::AuthUrlNotAllowed.as_str();
@@ -143,7 +159,8 @@ async fn join(
             outcome,
             "the join's authUrl is not the room's own; send the authUrl that SearchRoom gave for this room",
             false,
-        );
+        )
+        .into();
     }
     let req = JoinRequest {
         room_id: room.id.clone(),
@@ -170,9 +187,11 @@ async fn join(
             }
             let user = Player::of(&identity);
             shared.enter(connection, &room.id, identity);
-            encode(&json!({"type": "joined", "room_id": room.id, "user": user}))
+            Reply::admitted(encode(
+                &json!({"type": "joined", "room_id": room.id, "user": user}),
+            ))
         }
-        Err(e) => resolve_refusal(connection, "join", &e),
+        Err(e) => resolve_refusal(connection, "join", &e).into(),
     }
 }
 
@@ -214,6 +233,7 @@ async fn refresh(
                     false,
                 ),
                 close: true,
+                admitted: false,
             };
         }
         refreshed.push((credential.purpose, credential.endpoint.clone(), user));

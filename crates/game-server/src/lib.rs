@@ -18,7 +18,7 @@
 //!
 //! Any request can instead be answered `{"type":"error","error":"<code>","message":"…",
 //! "retryable":false}`. The codes are the resolver's ([`ErrorCode::as_str`]) plus the game
-//! server's own: [`ROOM_NOT_FOUND`], [`BAD_REQUEST`], [`LINE_TOO_LONG`], [`IDLE_TIMEOUT`]
+//! server's own: [`ROOM_NOT_FOUND`], [`BAD_REQUEST`], [`LINE_TOO_LONG`], [`LOGIN_TIMEOUT`], [`IDLE_TIMEOUT`]
 //! and [`SERVER_BUSY`]; after the last three the server closes the connection.
 //!
 //! The server also speaks first once: when it drains (see [`RunningGameServer::drain`]) it
@@ -40,7 +40,9 @@
 //! - **A connection is in at most one room**: joining another leaves the first; closing the
 //!   connection leaves it too. So members are bounded by `max_connections`.
 //! - **What a hostile client controls is bounded**: line length (then [`LINE_TOO_LONG`] and
-//!   close), time between messages (then [`IDLE_TIMEOUT`] and close), time to read an answer
+//!   close), time to log in from accept, which no other message extends (then
+//!   [`LOGIN_TIMEOUT`] and close), time between messages (then [`IDLE_TIMEOUT`] and close),
+//!   time to read an answer
 //!   (`write_timeout`, then close), concurrent connections ([`SERVER_BUSY`] and close).
 //!   Messages of one connection are handled one at a time, so a connection has at most one
 //!   resolution under way.
@@ -94,8 +96,8 @@ use self::config::validate_rooms;
 pub use self::config::{GameServerConfig, GameServerError, RoomConfig};
 pub use self::game_client::{GameClient, GameClientError, Joined, Push};
 pub use self::protocol::{
-    Player, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, REFRESH_MISMATCH, ROOM_NOT_FOUND,
-    SERVER_BUSY, SESSION_EXPIRED,
+    Player, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, LOGIN_TIMEOUT, REFRESH_MISMATCH,
+    ROOM_NOT_FOUND, SERVER_BUSY, SESSION_EXPIRED,
 };
 use self::state::{normalised, Room, Shared};
 pub use self::websocket::WebSocketConfig;

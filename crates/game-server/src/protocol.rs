@@ -25,6 +25,9 @@ pub const BAD_REQUEST: &str = "bad_request";
 pub const LINE_TOO_LONG: &str = "line_too_long";
 /// Error code: no complete message within `idle_timeout`; the connection is then closed.
 pub const IDLE_TIMEOUT: &str = "idle_timeout";
+/// The connection did not complete a `connect` (or a `join`) within
+/// [`login_timeout`](crate::GameServerConfig::login_timeout) of being accepted.
+pub const LOGIN_TIMEOUT: &str = "login_timeout";
 /// Error code: `max_connections` are open; this one is closed at once. Retryable.
 pub const SERVER_BUSY: &str = "server_busy";
 /// Error code: a refresh resolved to another user than the session's; the connection is then
@@ -41,6 +44,7 @@ fn known_code(code: &str) -> Option<&'static str> {
         BAD_REQUEST,
         LINE_TOO_LONG,
         IDLE_TIMEOUT,
+        LOGIN_TIMEOUT,
         SERVER_BUSY,
         REFRESH_MISMATCH,
         SESSION_EXPIRED,

@@ -19,7 +19,7 @@ use super::live::recheck::settle;
 use super::live::{Due, Holdings, Meanwhile, Standing, Timers};
 use super::protocol::{
     reauth_required, refusal, revoked, shutdown, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG,
-    SESSION_EXPIRED,
+    LOGIN_TIMEOUT, SESSION_EXPIRED,
 };
 use super::state::Shared;
 use super::telemetry::{SESSIONS_OPEN, SESSIONS_TOTAL};
@@ -96,6 +96,8 @@ enum Wake {
     Checked(Standing),
     /// The session's clock says something is due.
     Timer,
+    /// The connection has not logged in within the login timeout.
+    LoginTimeout,
 }
 
 /// A check of what the session holds, under way beside its messages: it waits its turn and
@@ -129,6 +131,8 @@ async fn run<T: Transport>(
     // Silence is counted from the last message, not from the last wake-up: timers and
     // rechecks do not keep a silent client connected.
     let mut heard_at = tokio::time::Instant::now();
+    // Counted from accept: messages before a login do not extend it.
+    let mut login_by = Some(heard_at + config.login_timeout);
     let mut checking: Option<Check<'_>> = None;
     loop {
         let next = timers.next();
@@ -144,6 +148,7 @@ async fn run<T: Transport>(
                 let _ = send(transport, shutdown(config.shutdown_retry_after), shared).await;
                 return ("shutdown", Close::GoingAway);
             }
+            () = sleep_until(login_by), if login_by.is_some() => Wake::LoginTimeout,
             () = levers.recheck.notified() => Wake::Recheck,
             standing = async { checking.as_mut().expect("checking").await }, if checking.is_some() => {
                 checking = None;
@@ -165,6 +170,14 @@ async fn run<T: Transport>(
                 Some(end) => return end,
                 None => continue,
             },
+            Wake::LoginTimeout => {
+                let msg = format!(
+                    "no connect within {:?} of connecting; closing",
+                    config.login_timeout
+                );
+                let _ = send(transport, refusal(LOGIN_TIMEOUT, &msg, false), shared).await;
+                return (LOGIN_TIMEOUT, Close::Normal);
+            }
             Wake::Timer => {
                 match on_timer(transport, shared, &mut timers).await {
                     Timed::End(why, how) => return (why, how),
@@ -190,6 +203,9 @@ async fn run<T: Transport>(
             Next::Skip => continue,
             Next::End(why, how) => return (why, how),
         };
+        if reply.admitted {
+            login_by = None;
+        }
         timers.rearm(&holdings);
         if send(transport, reply.message, shared).await.is_err() {
             return ("write_failed", Close::Normal);

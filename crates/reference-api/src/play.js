@@ -23,6 +23,7 @@ const MEANINGS = {
   bad_request: "The game did not understand a message.",
   line_too_long: "A message was too long.",
   idle_timeout: "You were idle too long.",
+  login_timeout: "The game closed the connection before you logged in: try again.",
   server_busy: "The game server is full: try again in a moment.",
   origin_not_allowed: "This page may not open game sessions.",
   session_expired: "Your session expired: log in again.",

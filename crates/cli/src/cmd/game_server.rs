@@ -63,6 +63,10 @@ pub(crate) struct GameServerArgs {
     /// Connections open at once; more are refused with server_busy.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub(crate) max_connections: usize,
+    /// Seconds from accept to a connect (or join) that resolves; then login_timeout and close.
+    /// Messages before it do not extend it.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub(crate) login_timeout: u64,
     /// Seconds a connection may stay silent before it is closed.
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub(crate) idle_timeout: u64,
@@ -237,6 +241,7 @@ fn server(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<GameServer, 
     let config = GameServerConfig {
         rooms,
         max_connections: args.max_connections,
+        login_timeout: Duration::from_secs(args.login_timeout),
         idle_timeout: Duration::from_secs(args.idle_timeout),
         advertised_host: args.advertise_host.clone(),
         reauth_grace: Duration::from_secs(args.reauth_grace),
