@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use fantoccini::{ClientBuilder, Locator};
 use serde_json::json;
-use support::{game_server_with, reference_api, resolver_for, room};
+use support::{game_server_with, resolver_for, room};
 use token_resolver_game_server::{GameServerConfig, RunningGameServer, WebSocketConfig};
-use token_resolver_reference_api::RunningApi;
+use token_resolver_reference_api::{ApiConfig, ReferenceApi, RunningApi};
 
 /// The flags the browser runs with: headless, and nothing that reaches beyond loopback.
 const CHROMIUM_ARGS: [&str; 9] = [
@@ -85,8 +85,10 @@ struct Parties {
 }
 
 async fn parties() -> Parties {
-    let api = reference_api().await;
-    let base = api.base_url();
+    // The API's address first (the game server resolves there); the API itself once the
+    // WebSocket's address, the one game server its page may open, is known.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
     let config = GameServerConfig {
         rooms: vec![
             room("lobby", None),
@@ -104,6 +106,14 @@ async fn parties() -> Parties {
             },
         )
         .await
+        .unwrap();
+    let config = ApiConfig {
+        play_game_urls: vec![format!("ws://{ws}/ws")],
+        ..ApiConfig::default()
+    };
+    let api = ReferenceApi::new(config)
+        .unwrap()
+        .spawn_on(listener)
         .unwrap();
     Parties {
         api,
@@ -126,11 +136,11 @@ async fn play(driver: SocketAddr, parties: &Parties, query: &str) -> (String, Ve
         .connect(&format!("http://{driver}"))
         .await
         .expect("a browser session");
-    let url = format!(
-        "{}/play?autoplay=1&game=ws://{}/ws&{query}",
-        parties.api.base_url(),
-        parties.ws
-    );
+    let game = match query.contains("game=") {
+        true => String::new(),
+        false => format!("game=ws://{}/ws&", parties.ws),
+    };
+    let url = format!("{}/play?autoplay=1&{game}{query}", parties.api.base_url());
     browser.goto(&url).await.unwrap();
     let outcome = browser
         .wait()
@@ -204,4 +214,23 @@ async fn a_join_with_a_forged_auth_url_is_refused_in_the_browser() {
     )
     .await;
     assert_eq!(outcome, "error auth_url_not_allowed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_naming_another_game_server_logs_nobody_in_and_sends_it_nothing() {
+    // Pins down the page's allowlist: `/play?autoplay=1&…&game=ws://attacker/ws` shows
+    // game_url_not_allowed, and the attacker's server never hears from the browser (the page
+    // checks its list before logging in, and its policy would stop the socket anyway).
+    let Some(driver) = chromedriver() else { return };
+    let parties = parties().await;
+    let attacker = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let query = format!(
+        "username=alice&password=wonderland&game=ws://{}/ws",
+        attacker.local_addr().unwrap()
+    );
+    let (outcome, _) = play(driver, &parties, &query).await;
+    assert_eq!(outcome, "error game_url_not_allowed");
+    let knocked = tokio::time::timeout(Duration::from_millis(300), attacker.accept()).await;
+    assert!(knocked.is_err(), "the attacker's server was reached");
+    assert_eq!(parties.api.api().user_requests(), 0);
 }

@@ -22,8 +22,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
 use crate::task::Stopped;
@@ -34,15 +33,6 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 const TURNED_AWAY_AT_ONCE: usize = 64;
 /// Longest a connection past the cap is kept to be answered 503.
 const TURN_AWAY_DEADLINE: Duration = Duration::from_secs(1);
-/// What a connection past the cap is answered.
-const BUSY_ANSWER: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
-content-type: application/json\r\n\
-retry-after: 1\r\n\
-connection: close\r\n\
-content-length: 22\r\n\
-\r\n\
-{\"error\":\"overloaded\"}";
-
 /// The bounds of one listener.
 #[derive(Debug, Clone, Copy)]
 pub struct HttpLimits {
@@ -92,7 +82,8 @@ pub async fn serve(
             tracing::debug!(%peer, "HTTP listener full: connection answered 503");
             if let Ok(permit) = turning_away.clone().try_acquire_owned() {
                 tokio::spawn(async move {
-                    let _ = tokio::time::timeout(TURN_AWAY_DEADLINE, turn_away(stream)).await;
+                    let _ =
+                        tokio::time::timeout(TURN_AWAY_DEADLINE, crate::answer_busy(stream)).await;
                     drop(permit);
                 });
             }
@@ -127,16 +118,6 @@ pub async fn serve(
     let _ = stopping.send(true);
     let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(STOP_GRACE, slots.acquire_many(all)).await;
-}
-
-/// Answers a connection past the cap 503 and closes it, after reading what it sent so that the
-/// close does not reset the answer away.
-async fn turn_away(mut stream: TcpStream) {
-    if stream.write_all(BUSY_ANSWER).await.is_err() || stream.shutdown().await.is_err() {
-        return;
-    }
-    let mut sink = [0u8; 4096];
-    while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
 }
 
 /// Answers 408 when a request (its body included) takes longer than the deadline.

@@ -9,6 +9,7 @@ use axum::routing::get;
 use axum::Router;
 use token_resolver_listener::http::{serve, HttpLimits};
 use token_resolver_listener::ServerTask;
+use token_resolver_support::{closed_within, get_and_close, read_all};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -26,36 +27,6 @@ async fn listener(max_connections: usize) -> (SocketAddr, ServerTask) {
     let router = Router::new().route("/healthz", get(|| async { "ok" }));
     let task = ServerTask::spawn(move |stopped| serve(listener, router, limits, stopped));
     (addr, task)
-}
-
-/// Sends one `GET /healthz` on a new connection and reads the whole answer (the request asks
-/// the server to close).
-async fn get_healthz(addr: SocketAddr) -> String {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    read_all(&mut stream, Duration::from_secs(5)).await
-}
-
-async fn read_all(stream: &mut TcpStream, within: Duration) -> String {
-    let mut answer = Vec::new();
-    let read = tokio::time::timeout(within, stream.read_to_end(&mut answer)).await;
-    assert!(read.is_ok(), "no end of the answer within {within:?}");
-    String::from_utf8_lossy(&answer).into_owned()
-}
-
-/// Whether the server closed `stream` within `within` (end of stream or reset).
-async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
-    let mut buf = [0u8; 256];
-    loop {
-        match tokio::time::timeout(within, stream.read(&mut buf)).await {
-            Ok(Ok(0) | Err(_)) => return true,
-            Ok(Ok(_)) => continue,
-            Err(_) => return false,
-        }
-    }
 }
 
 #[tokio::test]
@@ -79,7 +50,7 @@ async fn sockets_that_send_nothing_are_closed_at_the_head_deadline_and_free_thei
         took >= HEAD_DEADLINE / 2,
         "closed before the deadline: {took:?}"
     );
-    assert!(get_healthz(addr).await.ends_with("ok"));
+    assert!(get_and_close(addr, "/healthz").await.ends_with("ok"));
 }
 
 #[tokio::test]
@@ -98,7 +69,7 @@ async fn a_connection_past_the_cap_is_answered_503_with_retry_after() {
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
     let started = Instant::now();
-    let answer = get_healthz(addr).await;
+    let answer = get_and_close(addr, "/healthz").await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("retry-after: 1"), "{answer}");
     assert!(
@@ -108,7 +79,7 @@ async fn a_connection_past_the_cap_is_answered_503_with_retry_after() {
     for stream in &mut holders {
         assert!(closed_within(stream, HEAD_DEADLINE * 5).await);
     }
-    assert!(get_healthz(addr).await.ends_with("ok"));
+    assert!(get_and_close(addr, "/healthz").await.ends_with("ok"));
 }
 
 #[tokio::test]
@@ -125,7 +96,7 @@ async fn an_idle_kept_alive_connection_is_closed_at_the_head_deadline() {
     let n = stream.read(&mut buf).await.unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
     assert!(closed_within(&mut stream, HEAD_DEADLINE * 5).await);
-    assert!(get_healthz(addr).await.ends_with("ok"));
+    assert!(get_and_close(addr, "/healthz").await.ends_with("ok"));
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 pub use token_resolver_listener::{AdminSecret, AdminSecretError};
 
+use super::serve::ServeLimits;
 #[cfg(doc)]
 use super::ReferenceApi;
 
@@ -78,10 +79,20 @@ pub struct ApiConfig {
     /// a game server's default authUrl is. Default: `None`, the base URL it listens on
     /// ([`RunningApi::base_url`](super::RunningApi::base_url)).
     pub public_url: Option<String>,
+    /// The game servers' WebSocket URLs (`ws://` or `wss://`) the browser page at `GET /play`
+    /// may open, the first the default: a `game=` not listed shows `error
+    /// game_url_not_allowed` and logs nobody in, and the page's Content-Security-Policy
+    /// `connect-src` names only these and the API itself. Default: none, and the page opens no
+    /// game server (a page that opened any would hand the player's fresh token to whoever a
+    /// link names).
+    pub play_game_urls: Vec<String>,
     /// The bearer secret of `POST /api/admin/ban` and `/api/admin/unban`, and the one sent to
     /// the [`notify`](Self::notify) targets. Default: `None`, and the admin endpoints answer
     /// 404.
     pub admin_secret: Option<AdminSecret>,
+    /// The listener's bounds: connections in all and per client address, the deadline for a
+    /// request's head, HTTP/2's idle timeout and pings. Default: [`ServeLimits::default`].
+    pub serve: ServeLimits,
     /// How failed logins are throttled and password checks bounded. Default:
     /// [`LoginLimits::default`].
     pub login_limits: LoginLimits,
@@ -95,7 +106,9 @@ impl Default for ApiConfig {
             notify: Vec::new(),
             notify_retry_for: Duration::from_secs(15 * 60),
             public_url: None,
+            play_game_urls: Vec::new(),
             admin_secret: None,
+            serve: ServeLimits::default(),
             login_limits: LoginLimits::default(),
         }
     }
@@ -221,6 +234,9 @@ impl ApiConfig {
         if let Some(public_url) = &self.public_url {
             public_base_url(public_url)?;
         }
+        for game in &self.play_game_urls {
+            play_game_url(game)?;
+        }
         self.login_limits.validate()
     }
 
@@ -273,6 +289,29 @@ fn public_base_url(public_url: &str) -> Result<(), ApiConfigError> {
         return Err(bad("has a query, a fragment or user info"));
     }
     Ok(())
+}
+
+/// `game` as the browser page may name it: a `ws://` or `wss://` URL with a host and nothing
+/// but a path after it, in the form the page and its policy compare (`Url`'s).
+pub(super) fn play_game_url(game: &str) -> Result<String, ApiConfigError> {
+    let bad = |reason: &'static str| ApiConfigError::PlayGameUrl {
+        url: shown(game),
+        reason,
+    };
+    let url = url::Url::parse(game).map_err(|_| bad("is not a URL"))?;
+    if !matches!(url.scheme(), "ws" | "wss") || url.host().is_none() {
+        return Err(bad("is not a ws:// or wss:// URL with a host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+        return Err(bad("has a query, a fragment or user info"));
+    }
+    // A policy source list is split on spaces and semicolons; `Url` encodes spaces, not `;`.
+    if url.as_str().contains([';', ',', '\'', '"']) {
+        return Err(bad(
+            "has a character a Content-Security-Policy cannot carry",
+        ));
+    }
+    Ok(url.as_str().to_owned())
 }
 
 /// `{target}/admin/revoke`, for a notify target that is an `http` or `https` URL with a host
@@ -353,6 +392,14 @@ pub enum ApiConfigError {
     /// The public URL is not this API's base URL such as `https://auth.example.com`.
     #[error("the public URL {url:?} {reason}")]
     PublicUrl {
+        /// The URL, with any user info redacted.
+        url: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A `/play` game URL is not a game server's WebSocket URL such as `wss://game.example/ws`.
+    #[error("the play game URL {url:?} {reason}")]
+    PlayGameUrl {
         /// The URL, with any user info redacted.
         url: String,
         /// What is wrong with it.

@@ -79,6 +79,7 @@ use self::login::{login, Verifier};
 use self::notify::Notifier;
 pub use self::notify::PendingNotifications;
 use self::serve::ConnectionCounts;
+pub use self::serve::ServeLimits;
 pub use self::store::MAX_TOKENS_PER_SESSION;
 use self::store::{hash_password, random_secret, Account, Store, TokenKey};
 use self::throttle::Throttle;
@@ -104,6 +105,8 @@ pub struct ReferenceApi {
 struct Inner {
     /// Lifetime of an access token.
     token_ttl: Duration,
+    /// The listener's bounds.
+    serve_limits: ServeLimits,
     /// Password users by username: fixed at construction, so read without a lock.
     accounts: HashMap<String, Account>,
     /// A hash verified for unknown usernames, so their answer takes as long as a wrong password.
@@ -124,6 +127,8 @@ struct Inner {
     user_latency_nanos: AtomicU64,
     /// Everything that changes while serving. Never held across an `.await`.
     state: Mutex<Store>,
+    /// The browser page, with the game servers it may open.
+    page: play::Page,
 }
 
 impl fmt::Debug for ReferenceApi {
@@ -179,9 +184,14 @@ impl ReferenceApi {
         let dummy_hash = hash_password(&random_secret())
             .map_err(|message| ApiConfigError::Hash { id: 0, message })?;
         let next_guest_id = names.keys().max().map_or(1, |max| max.saturating_add(1));
+        let games: Vec<String> = (config.play_game_urls.iter())
+            .map(|game| config::play_game_url(game))
+            .collect::<Result<_, _>>()?;
+        let page = play::Page::new(&games);
         Ok(Self {
             inner: Arc::new(Inner {
                 token_ttl: config.token_ttl,
+                serve_limits: config.serve,
                 accounts,
                 dummy_hash,
                 verifier: Verifier::new(
@@ -203,6 +213,7 @@ impl ReferenceApi {
                     banned: HashSet::new(),
                     issued: 0,
                 }),
+                page,
             }),
         })
     }
@@ -318,9 +329,17 @@ impl ReferenceApi {
             notifier.default_auth_url(&base_url);
         }
         let router = self.router();
-        let served = counts.clone();
+        let (served, limits) = (counts.clone(), self.inner.serve_limits);
         let task = ServerTask::spawn(move |stopped| {
-            serve::serve(listener, router, tls, served, stopped, SHUTDOWN_GRACE)
+            serve::serve(
+                listener,
+                router,
+                tls,
+                served,
+                limits,
+                stopped,
+                SHUTDOWN_GRACE,
+            )
         });
         tracing::debug!(%local_addr, "reference API listening");
         Ok(RunningApi {

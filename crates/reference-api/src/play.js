@@ -5,6 +5,11 @@
 //
 // ?autoplay=1&username=U&password=P&game=WS_URL[&room=ID][&forge_auth_url=URL] runs the flow
 // by itself and writes `joined <roomId> as <name> (<id>)` or `error <code>` into #result.
+//
+// The page opens only the game servers the API lists (`serve-api --play-game-url`, in the
+// page's <meta name="game-urls">, the first the default): a link naming another one would
+// otherwise log the player in here and hand the token to whoever runs it. The page's
+// Content-Security-Policy says the same to the browser.
 "use strict";
 
 // What each code means to a player.
@@ -31,6 +36,7 @@ const MEANINGS = {
   shutdown: "The game server is restarting: reconnect in a moment.",
   revoked: "Your login was revoked.",
   unreachable: "The game server cannot be reached.",
+  game_url_not_allowed: "This page may not open that game server: nobody was logged in.",
 };
 
 /// A failure of the flow, with its code.
@@ -133,8 +139,22 @@ function listRooms(rooms) {
   }
 }
 
-/// The whole flow; the result line.
+/// The game servers this page may open, as the API lists them; the first is the default.
+function allowedGames() {
+  const meta = document.querySelector('meta[name="game-urls"]');
+  try {
+    const urls = JSON.parse(meta ? meta.content : "[]");
+    return Array.isArray(urls) ? urls.filter((u) => typeof u === "string") : [];
+  } catch {
+    return [];
+  }
+}
+
+/// The whole flow; the result line. Nobody is logged in for a game server not listed.
 async function play({ username, password, game, room, forgeAuthUrl }) {
+  if (!allowedGames().includes(game)) {
+    throw new Refused("game_url_not_allowed");
+  }
   const me = await post("/api/login", { username, password });
   step(`logged in as ${me.name} (${me.id})`);
   const { access_token: token } = await post("/api/access_token");
@@ -186,7 +206,7 @@ document.addEventListener("DOMContentLoaded", () => {
     field("game").value = params.get("game");
   }
   if (!field("game").value) {
-    field("game").value = `ws://${location.hostname}:7351/ws`;
+    field("game").value = allowedGames()[0] || "";
   }
   const settings = () => ({
     username: field("username").value,

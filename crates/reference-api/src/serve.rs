@@ -1,41 +1,83 @@
 //! Serving the reference API on a socket: our own accept loop, in the clear or over TLS
-//! (tokio-rustls), each connection handed to hyper-util's auto builder, which speaks HTTP/1.1
-//! and HTTP/2 (chosen by ALPN over TLS, by the client's preface in the clear).
+//! (tokio-rustls), each connection served by hyper's HTTP/1.1 or HTTP/2 connection, chosen by
+//! ALPN over TLS and by the client's preface in the clear, within [`ServeLimits`]:
 //!
-//! The loop is ours rather than `axum::serve` so that it can count what a load run needs to
-//! know from the server's side: the TCP connections accepted and the TLS handshakes completed
-//! ([`ConnectionCounts`]). It owns no routing; that is the router's.
+//! - a connection cap in all and one per client address; a connection past either is answered
+//!   a quick 503 with `Retry-After` in the clear (closed over TLS, which has no answer before a
+//!   handshake);
+//! - a deadline for the first request's head counted from accept, whatever the client sends
+//!   or does not send (a silent socket, a preface cut short, a TLS handshake left hanging), and
+//!   for every later head on a kept-alive HTTP/1.1 connection, so an idle one is closed too;
+//! - over HTTP/2, keep-alive pings (a dead peer is dropped) and an idle timeout (a live one
+//!   with nothing in flight is closed).
+//!
+//! The loop is ours rather than `axum::serve` for those bounds, and so that it can count what a
+//! load run needs to know from the server's side: the TCP connections accepted and the TLS
+//! handshakes completed ([`ConnectionCounts`]). It owns no routing; that is the router's.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 use tower_service::Service as _;
 
-use token_resolver_listener::Stopped;
+use token_resolver_listener::{answer_busy, PerAddress, Stopped};
 
-/// How long a client may take over its TLS handshake before it is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long an HTTP/1.1 client may take to send a request's head (a slow-loris bound).
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections open at once, at most; one more is closed at once. Far above what a load run
-/// opens (its slots, or 512 for the storm's floor), far below the file descriptors a flood
-/// would otherwise take.
-const MAX_CONNECTIONS: usize = 10_000;
+/// What an HTTP/2 client sends first.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// Connections past a cap being answered 503 at once, at most; past that they are closed.
+const TURNED_AWAY_AT_ONCE: usize = 64;
+/// Longest a connection past a cap is kept to be answered 503.
+const TURN_AWAY_DEADLINE: Duration = Duration::from_secs(1);
+
+/// The bounds of the reference API's listener.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeLimits {
+    /// Connections open at once; one more is answered 503 (closed over TLS). Default: 10,000,
+    /// far above what a load run opens, far below the file descriptors a flood would take.
+    pub max_connections: usize,
+    /// Connections one client address may hold open at once; one more is answered as past
+    /// [`max_connections`](Self::max_connections). Default: 64, enough for a household or an
+    /// office behind one NAT, and a 150th of the whole.
+    pub max_connections_per_address: usize,
+    /// Longest from accept to a first request's head (the TLS handshake included), and from
+    /// one answer to the next head on a kept-alive HTTP/1.1 connection; then the connection is
+    /// closed. Default: 10 s.
+    pub head_timeout: Duration,
+    /// Longest an HTTP/2 connection may stay open with no request in flight. Default: 60 s.
+    pub h2_idle_timeout: Duration,
+    /// How often an HTTP/2 connection is pinged; one not answered within as long is dropped.
+    /// Default: 20 s.
+    pub h2_keep_alive: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        ServeLimits {
+            max_connections: 10_000,
+            max_connections_per_address: 64,
+            head_timeout: Duration::from_secs(10),
+            h2_idle_timeout: Duration::from_secs(60),
+            h2_keep_alive: Duration::from_secs(20),
+        }
+    }
+}
 
 /// What the server saw, counted as it happens: read it from
 /// [`RunningApi`](super::RunningApi)'s accessors.
@@ -74,24 +116,22 @@ pub(super) fn tls_acceptor(cert_pem: &[u8], key_pem: &[u8]) -> std::io::Result<T
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Accepts connections on `listener` (at most [`MAX_CONNECTIONS`] at once, each given
-/// [`HEADER_TIMEOUT`] for a request's head) and serves `router` on each until `stop` fires;
-/// then stops accepting, asks open connections to finish and waits for them at most `grace`.
+/// Accepts connections on `listener` within `limits` and serves `router` on each until `stop`
+/// fires; then stops accepting, asks open connections to finish and waits for them at most
+/// `grace`.
 pub(super) async fn serve(
     listener: TcpListener,
     router: Router,
     tls: Option<TlsAcceptor>,
     counts: Arc<ConnectionCounts>,
+    limits: ServeLimits,
     mut stop: Stopped,
     grace: Duration,
 ) {
     let graceful = GracefulShutdown::new();
-    let places = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT);
+    let places = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let per_address = PerAddress::new(limits.max_connections_per_address);
+    let turning_away = Arc::new(Semaphore::new(TURNED_AWAY_AT_ONCE));
     loop {
         let (stream, peer) = tokio::select! {
             () = stop.wait() => break,
@@ -105,55 +145,222 @@ pub(super) async fn serve(
                 }
             },
         };
+        let head_by = Instant::now() + limits.head_timeout;
         counts.accepted.fetch_add(1, Ordering::Relaxed);
-        let Ok(place) = places.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, "reference API: too many connections; closed");
+        let admitted = places.clone().try_acquire_owned().ok().and_then(|place| {
+            let slot = per_address.admit(peer.ip())?;
+            Some((place, slot))
+        });
+        let Some(admitted) = admitted else {
+            tracing::debug!(%peer, "reference API: too many connections; answered 503");
+            if let (None, Ok(permit)) = (&tls, turning_away.clone().try_acquire_owned()) {
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(TURN_AWAY_DEADLINE, answer_busy(stream)).await;
+                    drop(permit);
+                });
+            }
             continue;
         };
         let _ = stream.set_nodelay(true);
-        // Every request carries the peer's address as `ConnectInfo` (as `axum::serve` with
-        // `into_make_service_with_connect_info` gives it): the login throttle counts failures
-        // per client address.
-        let router = router.clone();
-        let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            router.clone().call(request)
-        });
+        let connection = Connection {
+            router: router.clone(),
+            peer,
+            head_by,
+            limits,
+        };
         let watcher = graceful.watcher();
-        let (tls, counts, builder) = (tls.clone(), counts.clone(), builder.clone());
+        let (tls, counts) = (tls.clone(), counts.clone());
         tokio::spawn(async move {
-            let _place = place;
-            let result = match tls {
-                None => {
-                    let conn = builder.serve_connection(TokioIo::new(stream), service);
-                    watcher.watch(conn.into_owned()).await
-                }
+            let _admitted = admitted;
+            let served = match tls {
+                None => connection.serve_clear(stream, watcher).await,
                 Some(acceptor) => {
-                    let handshake =
-                        tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
-                    let stream = match handshake.await {
-                        Ok(Ok(stream)) => stream,
-                        Err(_) => {
-                            tracing::debug!(%peer, "reference API: TLS handshake timed out");
-                            return;
-                        }
-                        Ok(Err(error)) => {
-                            tracing::debug!(%error, %peer, "reference API: TLS handshake failed");
-                            return;
-                        }
-                    };
-                    counts.handshakes.fetch_add(1, Ordering::Relaxed);
-                    let conn = builder.serve_connection(TokioIo::new(stream), service);
-                    watcher.watch(conn.into_owned()).await
+                    connection
+                        .serve_tls(stream, acceptor, &counts, watcher)
+                        .await
                 }
             };
-            if let Err(error) = result {
-                tracing::debug!(%error, %peer, "reference API: connection ended with an error");
+            if let Err(error) = served {
+                tracing::debug!(%error, %peer, "reference API: connection ended");
             }
         });
     }
     drop(listener);
     let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+}
+
+/// One accepted connection, before its protocol is known.
+struct Connection {
+    router: Router,
+    peer: SocketAddr,
+    /// When the first request's head must have come.
+    head_by: Instant,
+    limits: ServeLimits,
+}
+
+/// Why a connection ended early.
+type Ended = Box<dyn std::error::Error + Send + Sync>;
+
+impl Connection {
+    /// In the clear: HTTP/2 when the client opens with its preface, HTTP/1.1 otherwise.
+    async fn serve_clear(
+        self,
+        stream: TcpStream,
+        watcher: hyper_util::server::graceful::Watcher,
+    ) -> Result<(), Ended> {
+        let h2 = tokio::time::timeout_at(self.head_by, opens_with_h2_preface(&stream))
+            .await
+            .map_err(|_| "no request head before the deadline")??;
+        self.serve(stream, h2, watcher).await
+    }
+
+    /// Over TLS: the handshake within the head deadline, then HTTP/2 when ALPN chose it.
+    async fn serve_tls(
+        self,
+        stream: TcpStream,
+        acceptor: TlsAcceptor,
+        counts: &ConnectionCounts,
+        watcher: hyper_util::server::graceful::Watcher,
+    ) -> Result<(), Ended> {
+        let stream = tokio::time::timeout_at(self.head_by, acceptor.accept(stream))
+            .await
+            .map_err(|_| "the TLS handshake did not end before the deadline")??;
+        counts.handshakes.fetch_add(1, Ordering::Relaxed);
+        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        self.serve(stream, h2, watcher).await
+    }
+
+    /// Serves `io` with HTTP/2 or HTTP/1.1 until it ends, closing it if no request head has
+    /// come by the deadline, or (HTTP/2) when it has been idle for the idle timeout.
+    async fn serve<I>(
+        self,
+        io: I,
+        h2: bool,
+        watcher: hyper_util::server::graceful::Watcher,
+    ) -> Result<(), Ended>
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let activity = Arc::new(Activity::default());
+        // Every request carries the peer's address as `ConnectInfo` (as `axum::serve` with
+        // `into_make_service_with_connect_info` gives it): the login throttle counts failures
+        // per client address.
+        let (router, peer, seen) = (self.router, self.peer, activity.clone());
+        let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            let busy = seen.begin();
+            let answer = router.clone().call(request);
+            async move {
+                let answer = answer.await;
+                drop(busy);
+                answer
+            }
+        });
+        let limits = self.limits;
+        let served = async {
+            if h2 {
+                let mut builder = http2::Builder::new(TokioExecutor::new());
+                builder
+                    .timer(TokioTimer::new())
+                    .keep_alive_interval(limits.h2_keep_alive)
+                    .keep_alive_timeout(limits.h2_keep_alive);
+                let connection = builder.serve_connection(TokioIo::new(io), service);
+                tokio::select! {
+                    served = watcher.watch(connection) => served.map_err(Ended::from),
+                    () = activity.idle_for(limits.h2_idle_timeout) => Ok(()),
+                }
+            } else {
+                let mut builder = http1::Builder::new();
+                builder
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(limits.head_timeout);
+                let connection = builder.serve_connection(TokioIo::new(io), service);
+                watcher.watch(connection).await.map_err(Ended::from)
+            }
+        };
+        tokio::select! {
+            served = served => served,
+            () = activity.no_head_by(self.head_by) => Err("no request head before the deadline".into()),
+        }
+    }
+}
+
+/// Whether the stream opens with HTTP/2's preface: waits for as many bytes as it takes to tell
+/// (any byte that differs says HTTP/1.1); an error when the client closes first.
+async fn opens_with_h2_preface(stream: &TcpStream) -> std::io::Result<bool> {
+    let mut seen = [0u8; H2_PREFACE.len()];
+    loop {
+        let n = stream.peek(&mut seen).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        if seen[..n] != H2_PREFACE[..n] {
+            return Ok(false);
+        }
+        if n == H2_PREFACE.len() {
+            return Ok(true);
+        }
+        // Part of the preface, and the rest still on its way: peek again shortly.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// What a connection is doing: requests in flight, whether one has begun, and when the last
+/// one ended.
+#[derive(Default)]
+struct Activity {
+    in_flight: AtomicUsize,
+    begun: AtomicBool,
+    /// Milliseconds since `origin` when the connection last went idle.
+    idle_since: AtomicU64,
+    origin: std::sync::OnceLock<Instant>,
+}
+
+/// A request in flight, counted until it is dropped.
+struct Busy(Arc<Activity>);
+
+impl Activity {
+    fn now(&self) -> u64 {
+        let origin = self.origin.get_or_init(Instant::now);
+        u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// A request began (its head came).
+    fn begin(self: &Arc<Self>) -> Busy {
+        self.begun.store(true, Ordering::Release);
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        Busy(self.clone())
+    }
+
+    /// Returns at `deadline` if no request has begun by then; never otherwise.
+    async fn no_head_by(&self, deadline: Instant) {
+        tokio::time::sleep_until(deadline).await;
+        if self.begun.load(Ordering::Acquire) {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Returns once nothing has been in flight for `idle`.
+    async fn idle_for(&self, idle: Duration) {
+        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        self.idle_since.store(self.now(), Ordering::Release);
+        loop {
+            let since = self.idle_since.load(Ordering::Acquire);
+            let quiet = self.now().saturating_sub(since);
+            if self.in_flight.load(Ordering::Acquire) == 0 && quiet >= idle_ms {
+                return;
+            }
+            let left = idle_ms.saturating_sub(quiet).max(idle_ms / 4).max(10);
+            tokio::time::sleep(Duration::from_millis(left)).await;
+        }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.idle_since.store(self.0.now(), Ordering::Release);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The base URL of a listener on `addr`: `http://ADDR`, or `https://ADDR` over TLS.

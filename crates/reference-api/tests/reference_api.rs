@@ -26,11 +26,7 @@ async fn start(token_ttl: Duration) -> RunningApi {
         token_ttl,
         ..ApiConfig::default()
     };
-    ReferenceApi::new(config)
-        .expect("valid config")
-        .spawn("127.0.0.1:0".parse().unwrap())
-        .await
-        .expect("bind a free port")
+    token_resolver_support::reference_api_with(config).await
 }
 
 /// Starts the API with the defaults (demo users, 3600 s tokens).
@@ -645,11 +641,7 @@ async fn users_from_config_can_log_in_and_guests_get_ids_above_them() {
         token_ttl: Duration::from_secs(60),
         ..ApiConfig::default()
     };
-    let running = ReferenceApi::new(config)
-        .unwrap()
-        .spawn("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let running = token_resolver_support::reference_api_with(config).await;
     let api = Api::new(&running);
     let (_, body) = api
         .login(json!({ "username": "dave", "password": "secret" }))
@@ -662,7 +654,8 @@ async fn users_from_config_can_log_in_and_guests_get_ids_above_them() {
 #[tokio::test]
 async fn the_play_page_is_served_with_a_policy_that_allows_no_inline_script() {
     // The browser client at /play: the page, its script and its style, each with its content
-    // type and a content security policy that allows only this origin's files and WebSockets.
+    // type and a content security policy that allows no inline script; the page may reach its
+    // own origin and no game server when none is configured.
     let running = start(Duration::from_secs(3600)).await;
     let api = Api::new(&running);
     for (path, content_type, contains) in [
@@ -675,9 +668,63 @@ async fn the_play_page_is_served_with_a_policy_that_allows_no_inline_script() {
         let header = |name: &str| response.headers()[name].to_str().unwrap().to_owned();
         assert!(header("content-type").starts_with(content_type), "{path}");
         let policy = header("content-security-policy");
-        assert!(policy.contains("script-src 'self'"), "{policy}");
+        assert!(policy.contains("default-src 'none'"), "{policy}");
         assert!(!policy.contains("unsafe-inline"), "{policy}");
+        if path == "/play" {
+            assert!(policy.contains("script-src 'self'"), "{policy}");
+            assert!(policy.contains("connect-src 'self';"), "{policy}");
+        }
         assert_eq!(header("x-content-type-options"), "nosniff");
         assert!(response.text().await.unwrap().contains(contains), "{path}");
+    }
+}
+
+#[tokio::test]
+async fn the_play_page_names_only_the_configured_game_servers_in_its_list_and_policy() {
+    // Pins down --play-game-url: the page lists exactly the configured WebSocket URLs (the
+    // script opens no other) and its connect-src names them and the API, no `ws:` at large.
+    let config = ApiConfig {
+        play_game_urls: vec![
+            "ws://127.0.0.1:7351/ws".to_owned(),
+            "wss://game.example/ws".to_owned(),
+        ],
+        ..ApiConfig::default()
+    };
+    let running = token_resolver_support::reference_api_with(config).await;
+    let api = Api::new(&running);
+    let response = api.client.get(api.url("/play")).send().await.unwrap();
+    let policy = response.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        policy.contains("connect-src 'self' ws://127.0.0.1:7351/ws wss://game.example/ws;"),
+        "{policy}"
+    );
+    let page = response.text().await.unwrap();
+    assert!(
+        page.contains(r#"<meta name="game-urls" content="[&quot;ws://127.0.0.1:7351/ws&quot;,&quot;wss://game.example/ws&quot;]">"#),
+        "{page}"
+    );
+}
+
+#[test]
+fn a_play_game_url_must_be_a_websocket_url_a_policy_can_carry() {
+    for bad in [
+        "http://game.example/ws",
+        "ws://",
+        "ws://game.example/ws?x=1",
+        "ws://user:pw@game.example/ws",
+        "ws://game.example/a;b",
+        "not a url",
+    ] {
+        let config = ApiConfig {
+            play_game_urls: vec![bad.to_owned()],
+            ..ApiConfig::default()
+        };
+        assert!(
+            matches!(config.validate(), Err(ApiConfigError::PlayGameUrl { .. })),
+            "{bad}"
+        );
     }
 }

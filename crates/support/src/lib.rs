@@ -58,6 +58,8 @@ pub mod ws;
 
 #[cfg(feature = "servers")]
 mod helpers;
+#[cfg(feature = "servers")]
+mod hostile;
 
 #[cfg(feature = "servers")]
 pub use capture::*;
@@ -65,6 +67,8 @@ pub use capture::*;
 pub use game_server::*;
 #[cfg(feature = "servers")]
 pub use helpers::*;
+#[cfg(feature = "servers")]
+pub use hostile::*;
 #[cfg(feature = "servers")]
 pub use http_app::*;
 #[cfg(feature = "servers")]

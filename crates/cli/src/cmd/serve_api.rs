@@ -46,6 +46,13 @@ pub(crate) struct ServeApiArgs {
     /// auth_url in every notification; default: the address it listens on.
     #[arg(long, value_name = "URL")]
     pub(crate) public_url: Option<String>,
+    /// A game server's WebSocket URL (ws:// or wss://) the /play page may open (repeatable;
+    /// the first is the page's default). Without one, the page opens no game server.
+    #[arg(long = "play-game-url", value_name = "URL")]
+    pub(crate) play_game_urls: Vec<String>,
+    /// Connections one client address may hold open at once; one more is answered 503.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub(crate) max_connections_per_address: usize,
 }
 
 /// Serves until Ctrl-C; exit 2 on a bad users file, notify target or admin secret.
@@ -133,6 +140,8 @@ fn config(args: &ServeApiArgs) -> Result<ApiConfig, String> {
     config.notify = args.notify.clone();
     config.notify_retry_for = Duration::from_secs(args.notify_retry_for);
     config.public_url = args.public_url.clone();
+    config.play_game_urls = args.play_game_urls.clone();
+    config.serve.max_connections_per_address = args.max_connections_per_address;
     config.validate().map_err(|e| e.to_string())?;
     Ok(config)
 }

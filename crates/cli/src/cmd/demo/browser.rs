@@ -14,10 +14,10 @@ use super::narration::DemoError;
 /// Starts the parties, prints the page's URL, and serves until Ctrl-C.
 pub(super) async fn serve(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
     let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
-    let api = ReferenceApi::new(ApiConfig::default())?
-        .spawn(loopback)
-        .await?;
-    let base = api.base_url();
+    // The API's address first (the game server resolves there), and the API last: the page
+    // may open only the game server's WebSocket, whose address comes in between.
+    let listener = tokio::net::TcpListener::bind(loopback).await?;
+    let base = format!("http://{}", listener.local_addr()?);
     let resolver = Resolver::builder().default_auth_url(&base).build()?;
     let config = GameServerConfig {
         rooms: RoomConfig::defaults(Some(&format!("{base}/"))),
@@ -33,6 +33,11 @@ pub(super) async fn serve(out: &mut (dyn Write + Send)) -> Result<(), DemoError>
             },
         )
         .await?;
+    let api_config = ApiConfig {
+        play_game_urls: vec![format!("ws://{ws}/ws")],
+        ..ApiConfig::default()
+    };
+    let api = ReferenceApi::new(api_config)?.spawn_on(listener)?;
     writeln!(
         out,
         "[integrator]  reference web API and the page on {base}"

@@ -52,7 +52,7 @@ use std::time::Duration;
 use clap::Args;
 use token_resolver::{Endpoint, Resolver};
 use token_resolver_player::IntegratorClient;
-use token_resolver_reference_api::{ApiConfig, ReferenceApi, MAX_TOKENS_PER_SESSION};
+use token_resolver_reference_api::{ApiConfig, ReferenceApi, ServeLimits, MAX_TOKENS_PER_SESSION};
 
 use self::plan::{stream, Plan};
 use self::progress::Progress;
@@ -159,7 +159,7 @@ async fn run_inner(args: LoadArgs) -> Result<(), String> {
     let (base, target, _server) = match &args.auth_url {
         Some(url) => (url.clone(), format!("{url} (external)"), None),
         None => {
-            let api = ReferenceApi::new(ApiConfig::default()).map_err(|e| e.to_string())?;
+            let api = ReferenceApi::new(loopback_api_config()).map_err(|e| e.to_string())?;
             let server = LoopbackServer::start("reference-api", move || api.router())?;
             let target = format!("{} (in-process reference API)", server.base());
             (server.base(), target, Some(server))
@@ -392,4 +392,17 @@ async fn mint(base: &str, username: &str, password: &str, n: usize) -> Result<Ve
     }
     progress.finish();
     Ok(tokens)
+}
+
+/// The in-process reference API's configuration for a load run: every client is on loopback,
+/// one address, so the per-address cap is the whole listener's.
+pub(super) fn loopback_api_config() -> ApiConfig {
+    let serve = ServeLimits::default();
+    ApiConfig {
+        serve: ServeLimits {
+            max_connections_per_address: serve.max_connections,
+            ..serve
+        },
+        ..ApiConfig::default()
+    }
 }

@@ -20,7 +20,7 @@ use axum::http::{header, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use token_resolver::Resolver;
-use token_resolver_reference_api::{ApiConfig, ReferenceApi, RunningApi};
+use token_resolver_reference_api::{ReferenceApi, RunningApi};
 use tokio::sync::Semaphore;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
@@ -74,7 +74,7 @@ struct Server {
 
 impl Server {
     fn start(certs: &Certificates, latency: Duration) -> Result<Server, String> {
-        let api = ReferenceApi::new(ApiConfig::default()).map_err(|e| e.to_string())?;
+        let api = ReferenceApi::new(super::loopback_api_config()).map_err(|e| e.to_string())?;
         api.set_user_latency(latency);
         let (cert, key) = (certs.cert_pem.clone(), certs.key_pem.clone());
         let (ready, started) = std::sync::mpsc::channel();

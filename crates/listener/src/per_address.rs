@@ -1,0 +1,111 @@
+//! [`PerAddress`]: how many connections each client address holds open, so that a public
+//! listener can cap them per address as well as in all, and one address cannot take every slot.
+//!
+//! An address is counted while it has a connection open, and forgotten with its last one: the
+//! map holds at most as many addresses as the listener holds connections.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Open connections per client address, each address at most `cap`.
+#[derive(Debug)]
+pub struct PerAddress {
+    cap: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection of an address, counted until it is dropped.
+#[derive(Debug)]
+pub struct AddressSlot {
+    of: Arc<PerAddress>,
+    address: IpAddr,
+}
+
+impl PerAddress {
+    /// A count with `cap` connections per address (at least one).
+    pub fn new(cap: usize) -> Arc<PerAddress> {
+        Arc::new(PerAddress {
+            cap: cap.max(1),
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A slot for one more connection of `address`; `None` when it holds `cap` already.
+    pub fn admit(self: &Arc<Self>, address: IpAddr) -> Option<AddressSlot> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let held = open.entry(address).or_insert(0);
+        if *held >= self.cap {
+            return None;
+        }
+        *held += 1;
+        Some(AddressSlot {
+            of: self.clone(),
+            address,
+        })
+    }
+
+    /// Connections `address` holds now.
+    pub fn held(&self, address: IpAddr) -> usize {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.get(&address).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = self.of.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(held) = open.get_mut(&self.address) {
+            *held -= 1;
+            if *held == 0 {
+                open.remove(&self.address);
+            }
+        }
+    }
+}
+
+/// What a connection past a cap is answered: a 503 that says when to come back.
+const BUSY_ANSWER: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/json\r\n\
+retry-after: 1\r\n\
+connection: close\r\n\
+content-length: 22\r\n\
+\r\n\
+{\"error\":\"overloaded\"}";
+
+/// Answers an HTTP connection past a cap 503 with `Retry-After: 1` and closes it, after
+/// reading what it sent so that the close does not reset the answer away. Bound it with a
+/// timeout: a client that keeps sending keeps it reading.
+pub async fn answer_busy(mut stream: TcpStream) {
+    if stream.write_all(BUSY_ANSWER).await.is_err() || stream.shutdown().await.is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_holds_at_most_its_cap_and_is_forgotten_with_its_last_connection() {
+        let count = PerAddress::new(2);
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let first = count.admit(a).expect("one");
+        let second = count.admit(a).expect("two");
+        assert!(count.admit(a).is_none(), "a third from the same address");
+        assert!(count.admit(b).is_some(), "another address is not held back");
+        drop(first);
+        let third = count.admit(a).expect("a slot freed");
+        drop((second, third));
+        assert_eq!(count.held(a), 0);
+        assert!(
+            count.open.lock().unwrap().is_empty(),
+            "nothing kept per address"
+        );
+    }
+}
