@@ -3,10 +3,11 @@
 //!
 //! Keys are found by their user (at their endpoint), which covers a ban, a logout (a session
 //! is one of a user's: the cached answer says which), and by their token's fingerprint when a
-//! shared tier sends revocations that name a token without carrying it. Each entry is the
-//! hash it is found by and the very key the store holds (one pointer): a hash table with
-//! several entries per hash, so a user's tokens share the user's hash and nothing is allocated
-//! per user. Rejections are not indexed: a revocation has nothing to take from them.
+//! shared tier sends revocations that name a token without carrying it. The user table holds
+//! one entry per user (at an endpoint) with the very keys the store holds (one pointer each),
+//! so that adding or dropping a key costs a look-up and a walk of that user's keys alone, not
+//! of every key sharing its hash; the token table one entry per key. Rejections are not
+//! indexed: a revocation has nothing to take from them.
 //!
 //! The store tells the index when it drops a key (its eviction listener); a drop that races
 //! with an insert of the same key can leave an entry behind, which at worst evicts a key that
@@ -23,6 +24,9 @@ use super::key::{CacheKey, KeyHasher, KeyView};
 /// A hash and the key it finds.
 type Entry = (u64, CacheKey);
 
+/// A user's hash and the user's keys.
+type UserEntry = (u64, Vec<CacheKey>);
+
 /// Every cached user's key, by user and, with a shared tier, by token fingerprint.
 pub(crate) struct Index {
     tables: Mutex<Tables>,
@@ -32,7 +36,9 @@ pub(crate) struct Index {
 }
 
 struct Tables {
-    by_user: HashTable<Entry>,
+    by_user: HashTable<UserEntry>,
+    /// Keys in `by_user`, all users together.
+    user_keys: usize,
     /// `None` without a shared tier: nothing names a token without carrying it then.
     by_token: Option<HashTable<Entry>>,
 }
@@ -43,6 +49,7 @@ impl Index {
         Index {
             tables: Mutex::new(Tables {
                 by_user: HashTable::new(),
+                user_keys: 0,
                 by_token: by_token.then(HashTable::new),
             }),
             users: KeyHasher::default(),
@@ -67,7 +74,9 @@ impl Index {
     pub(crate) fn insert(&self, key: &CacheKey, user: i64, token: u64) {
         let by_user = self.user_hash(key.endpoint().key_hash(), user);
         let mut tables = self.lock();
-        insert(&mut tables.by_user, by_user, key);
+        if insert_for_user(&mut tables.by_user, by_user, key) {
+            tables.user_keys += 1;
+        }
         if let Some(by_token) = &mut tables.by_token {
             insert(by_token, token, key);
         }
@@ -77,7 +86,8 @@ impl Index {
     pub(crate) fn remove(&self, key: &CacheKey, user: i64, token: impl FnOnce() -> u64) {
         let by_user = self.user_hash(key.endpoint().key_hash(), user);
         let mut tables = self.lock();
-        remove(&mut tables.by_user, by_user, |k| k.same(key));
+        let removed = remove_for_user(&mut tables.by_user, by_user, |k| k.same(key));
+        tables.user_keys -= removed;
         if let Some(by_token) = &mut tables.by_token {
             remove(by_token, token(), |k| k.same(key));
         }
@@ -92,9 +102,10 @@ impl Index {
     ) -> Vec<CacheKey> {
         let hash = self.user_hash(endpoint, user);
         let tables = self.lock();
-        // `iter_hash` goes by part of the hash only: the whole of it is compared here.
-        let found = tables.by_user.iter_hash(hash).filter(|(h, _)| *h == hash);
-        found.map(|(_, k)| k).filter(|k| at(k)).cloned().collect()
+        let Some((_, keys)) = tables.by_user.find(hash, |(h, _)| *h == hash) else {
+            return Vec::new();
+        };
+        keys.iter().filter(|k| at(k)).cloned().collect()
     }
 
     /// The keys whose token fingerprint is `token` and that `is` accepts (it checks the whole
@@ -112,6 +123,7 @@ impl Index {
     pub(crate) fn clear(&self) {
         let mut tables = self.lock();
         tables.by_user.clear();
+        tables.user_keys = 0;
         if let Some(by_token) = &mut tables.by_token {
             by_token.clear();
         }
@@ -119,14 +131,16 @@ impl Index {
 
     /// Entries in the user table: one per cached user entry, plus leftovers.
     pub(crate) fn len(&self) -> usize {
-        self.lock().by_user.len()
+        self.lock().user_keys
     }
 
     /// Drops the entries whose key `cached` says the store no longer holds: leftovers of drops
     /// that raced with inserts. Walks the index; the caller makes it rare. `cached` runs
     /// without the index's lock (it asks the store, whose eviction listener takes it).
     pub(crate) fn prune(&self, cached: impl Fn(&CacheKey) -> bool) {
-        let keys: Vec<CacheKey> = self.lock().by_user.iter().map(|(_, k)| k.clone()).collect();
+        let keys: Vec<CacheKey> = (self.lock().by_user.iter())
+            .flat_map(|(_, keys)| keys.iter().cloned())
+            .collect();
         let gone: HashSet<usize> = keys
             .iter()
             .filter(|k| !cached(k))
@@ -136,11 +150,51 @@ impl Index {
             return;
         }
         let mut tables = self.lock();
-        tables.by_user.retain(|(_, k)| !gone.contains(&k.id()));
+        tables.by_user.retain(|(_, keys)| {
+            keys.retain(|k| !gone.contains(&k.id()));
+            !keys.is_empty()
+        });
+        tables.user_keys = tables.by_user.iter().map(|(_, keys)| keys.len()).sum();
         if let Some(by_token) = &mut tables.by_token {
             by_token.retain(|(_, k)| !gone.contains(&k.id()));
         }
     }
+}
+
+/// Adds `key` to the user hashed `hash`, unless that very key is there already; whether it
+/// added it.
+fn insert_for_user(table: &mut HashTable<UserEntry>, hash: u64, key: &CacheKey) -> bool {
+    match table.find_mut(hash, |(h, _)| *h == hash) {
+        Some((_, keys)) if keys.iter().any(|k| k.same(key)) => false,
+        Some((_, keys)) => {
+            keys.push(key.clone());
+            true
+        }
+        None => {
+            table.insert_unique(hash, (hash, vec![key.clone()]), |(h, _)| *h);
+            true
+        }
+    }
+}
+
+/// Removes the keys `is` picks from the user hashed `hash`, and the user with its last key;
+/// how many it removed.
+fn remove_for_user(
+    table: &mut HashTable<UserEntry>,
+    hash: u64,
+    is: impl Fn(&CacheKey) -> bool,
+) -> usize {
+    let Ok(mut entry) = table.find_entry(hash, |(h, _)| *h == hash) else {
+        return 0;
+    };
+    let keys = &mut entry.get_mut().1;
+    let before = keys.len();
+    keys.retain(|k| !is(k));
+    let removed = before - keys.len();
+    if keys.is_empty() {
+        entry.remove();
+    }
+    removed
 }
 
 /// Adds `key` under `hash`, unless that very key is there already.
@@ -193,6 +247,35 @@ mod tests {
         assert_eq!(index.of_user(a.key_hash(), 7, at_a).len(), 1);
         index.prune(|k| !k.same(&k1));
         assert_eq!(index.len(), 1, "only k3 left");
+    }
+
+    #[test]
+    fn a_user_with_thousands_of_tokens_keeps_one_entry_and_loses_them_one_by_one() {
+        let a = Arc::new(Endpoint::parse("https://a.example", false).unwrap());
+        let index = Index::new(true);
+        let keys: Vec<CacheKey> = (0..4096).map(|i| key(&a, &format!("t{i}"))).collect();
+        for (i, k) in keys.iter().enumerate() {
+            index.insert(k, 7, i as u64);
+        }
+        assert_eq!(index.len(), 4096);
+        assert_eq!(index.lock().by_user.len(), 1, "one entry for the user");
+        for (i, k) in keys.iter().enumerate().step_by(2) {
+            index.remove(k, 7, || i as u64);
+        }
+        assert_eq!(index.len(), 2048);
+        let left = index.of_user(a.key_hash(), 7, |_| true);
+        assert_eq!(left.len(), 2048);
+        assert!(left
+            .iter()
+            .all(|k| keys.iter().skip(1).step_by(2).any(|o| o.same(k))));
+        for (i, k) in keys.iter().enumerate().skip(1).step_by(2) {
+            index.remove(k, 7, || i as u64);
+        }
+        assert_eq!(index.len(), 0);
+        assert!(
+            index.lock().by_user.is_empty(),
+            "the user went with its last key"
+        );
     }
 
     #[test]
