@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 #[cfg(doc)]
-use super::protocol::{IDLE_TIMEOUT, LINE_TOO_LONG, LOGIN_TIMEOUT, SERVER_BUSY};
+use super::protocol::{IDLE_TIMEOUT, LINE_TOO_LONG, LOGIN_TIMEOUT, RATE_LIMITED, SERVER_BUSY};
 #[cfg(doc)]
 use super::GameServer;
 use token_resolver::Endpoint;
@@ -164,6 +164,13 @@ pub struct GameServerConfig {
     /// [`LOGIN_TIMEOUT`] and close. Other messages do not extend it, so a client that never
     /// logs in cannot hold a connection slot with chatter. Default: 10 s.
     pub login_timeout: Duration,
+    /// Tokens of one client address the integrator may reject per
+    /// [`rejection_window`](Self::rejection_window); past it the address's connects, joins
+    /// and refreshes are answered [`RATE_LIMITED`] without a call, so that made-up tokens
+    /// cannot be turned into a flood on the integrator. 0 turns it off. Default: 20.
+    pub rejection_budget: u32,
+    /// The window [`rejection_budget`](Self::rejection_budget) counts in. Default: 60 s.
+    pub rejection_window: Duration,
     /// Longest wait for the next complete message; then [`IDLE_TIMEOUT`] and close.
     /// Default: 60 s.
     pub idle_timeout: Duration,
@@ -203,6 +210,8 @@ impl Default for GameServerConfig {
             rooms: RoomConfig::defaults(None),
             max_line_bytes: 16 * 1024,
             login_timeout: Duration::from_secs(10),
+            rejection_budget: 20,
+            rejection_window: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),
             write_timeout: Duration::from_secs(10),
             max_connections: 1024,

@@ -1,16 +1,25 @@
 //! The handling of one message: the game logic of connect, search, join and refresh, written
 //! once for every transport, on what the server's sessions share (`state`).
 
+use std::net::IpAddr;
+
 use serde_json::json;
 
 use super::live::{Credential, Holdings, Purpose};
 use super::protocol::{
-    blank_quoted, encode, refusal, JoinMessage, Player, Request, BAD_REQUEST, REFRESH_MISMATCH,
-    ROOM_NOT_FOUND,
+    blank_quoted, encode, refusal, JoinMessage, Player, Request, BAD_REQUEST, RATE_LIMITED,
+    REFRESH_MISMATCH, ROOM_NOT_FOUND,
 };
 use super::state::Shared;
 use super::telemetry::MESSAGES_TOTAL;
 use token_resolver::{AccessToken, ConnectRequest, ErrorCode, Identity, JoinRequest, ResolveError};
+
+/// Who sent a message: the connection, and the client's address where the transport knows it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Caller {
+    pub(super) connection: u64,
+    pub(super) peer: Option<IpAddr>,
+}
 
 /// What handling a message gives the session: the answer, whether the session ends after it,
 /// and whether it let the player in (a `connect` or a `join` that resolved), which ends the
@@ -46,11 +55,12 @@ impl From<Vec<u8>> for Reply {
 /// and its outcome (`ok` or the error code).
 pub(super) async fn handle(
     shared: &Shared,
-    connection: u64,
+    caller: Caller,
     holdings: &mut Holdings,
     transport: &'static str,
     message: &[u8],
 ) -> Reply {
+    let connection = caller.connection;
     let request = match serde_json::from_slice::<Request>(message) {
         Ok(request) => request,
         Err(e) => {
@@ -63,6 +73,9 @@ pub(super) async fn handle(
         }
     };
     metrics::counter!(MESSAGES_TOTAL, "type" => request.kind()).increment(1);
+    if let Some(refused) = rate_limited(shared, caller, &request) {
+        return refused.into();
+    }
     match request {
         Request::Connect { access_token } => {
             let req = ConnectRequest {
@@ -92,7 +105,7 @@ pub(super) async fn handle(
                         &json!({"type": "connected", "user": Player::of(&identity)}),
                     ))
                 }
-                Err(e) => resolve_refusal(connection, "connect", &e).into(),
+                Err(e) => resolve_refusal(shared, caller, "connect", &e).into(),
             }
         }
         Request::SearchRoom => {
@@ -102,10 +115,8 @@ pub(super) async fn handle(
             };
             encode(&json!({"type": "rooms", "rooms": rooms})).into()
         }
-        Request::Join(join) => self::join(shared, connection, holdings, join).await,
-        Request::Refresh { access_token } => {
-            refresh(shared, connection, holdings, access_token).await
-        }
+        Request::Join(join) => self::join(shared, caller, holdings, join).await,
+        Request::Refresh { access_token } => refresh(shared, caller, holdings, access_token).await,
     }
 }
 
@@ -133,10 +144,11 @@ fn hold(
 /// A join: the room by its id, its own authUrl, then the resolution; the player enters it.
 async fn join(
     shared: &Shared,
-    connection: u64,
+    caller: Caller,
     holdings: &mut Holdings,
     join: JoinMessage,
 ) -> Reply {
+    let connection = caller.connection;
     let JoinMessage { args, access_token } = join;
     let Some(room) = shared.rooms.iter().find(|r| r.id == args.room_id) else {
         tracing::info!(
@@ -191,7 +203,7 @@ async fn join(
                 &json!({"type": "joined", "room_id": room.id, "user": user}),
             ))
         }
-        Err(e) => resolve_refusal(connection, "join", &e).into(),
+        Err(e) => resolve_refusal(shared, caller, "join", &e).into(),
     }
 }
 
@@ -200,10 +212,11 @@ async fn join(
 /// (`refresh_mismatch`); a token the API refuses is refused, and the session may try again.
 async fn refresh(
     shared: &Shared,
-    connection: u64,
+    caller: Caller,
     holdings: &mut Holdings,
     token: Option<String>,
 ) -> Reply {
+    let connection = caller.connection;
     if holdings.credentials.is_empty() {
         return refusal(
             BAD_REQUEST,
@@ -217,7 +230,7 @@ async fn refresh(
     for credential in &holdings.credentials {
         let user = match shared.resolver.resolve(&credential.endpoint, &token).await {
             Ok(user) => user,
-            Err(e) => return resolve_refusal(connection, "refresh", &e).into(),
+            Err(e) => return resolve_refusal(shared, caller, "refresh", &e).into(),
         };
         if user.id != credential.user_id {
             tracing::info!(
@@ -258,8 +271,41 @@ async fn refresh(
 }
 
 /// The refusal of a request whose resolution failed, logged with its outcome.
-fn resolve_refusal(connection: u64, request: &'static str, e: &ResolveError) -> Vec<u8> {
+fn resolve_refusal(
+    shared: &Shared,
+    caller: Caller,
+    request: &'static str,
+    e: &ResolveError,
+) -> Vec<u8> {
     let outcome = e.code().as_str();
+    let connection = caller.connection;
     tracing::info!(connection, request, outcome, "{request} refused");
+    if let (ErrorCode::TokenRejected, Some(peer)) = (e.code(), caller.peer) {
+        shared.rejections.record(peer);
+    }
     refusal(outcome, &e.to_string(), e.is_retryable())
+}
+
+/// `rate_limited` for a request that would resolve a token, from an address whose tokens were
+/// rejected past its budget: answered without a call to the integrator.
+fn rate_limited(shared: &Shared, caller: Caller, request: &Request) -> Option<Vec<u8>> {
+    let resolves = matches!(
+        request,
+        Request::Connect { .. } | Request::Join(_) | Request::Refresh { .. }
+    );
+    if !resolves {
+        return None;
+    }
+    let wait = shared.rejections.exhausted(caller.peer?)?;
+    let connection = caller.connection;
+    tracing::info!(
+        connection,
+        outcome = RATE_LIMITED,
+        "refused: too many rejected tokens"
+    );
+    let msg = format!(
+        "too many rejected tokens from this address; try again in {} s",
+        wait.as_secs().max(1)
+    );
+    Some(refusal(RATE_LIMITED, &msg, true))
 }

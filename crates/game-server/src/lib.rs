@@ -71,6 +71,7 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+mod budget;
 mod config;
 mod game_client;
 mod handler;
@@ -96,8 +97,8 @@ use self::config::validate_rooms;
 pub use self::config::{GameServerConfig, GameServerError, RoomConfig};
 pub use self::game_client::{GameClient, GameClientError, Joined, Push};
 pub use self::protocol::{
-    Player, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, LOGIN_TIMEOUT, REFRESH_MISMATCH,
-    ROOM_NOT_FOUND, SERVER_BUSY, SESSION_EXPIRED,
+    Player, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, LOGIN_TIMEOUT, RATE_LIMITED,
+    REFRESH_MISMATCH, ROOM_NOT_FOUND, SERVER_BUSY, SESSION_EXPIRED,
 };
 use self::state::{normalised, Room, Shared};
 pub use self::websocket::WebSocketConfig;

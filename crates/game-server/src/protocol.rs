@@ -28,6 +28,10 @@ pub const IDLE_TIMEOUT: &str = "idle_timeout";
 /// The connection did not complete a `connect` (or a `join`) within
 /// [`login_timeout`](crate::GameServerConfig::login_timeout) of being accepted.
 pub const LOGIN_TIMEOUT: &str = "login_timeout";
+/// The client's address had more tokens rejected than
+/// [`rejection_budget`](crate::GameServerConfig::rejection_budget) allows in its window: the
+/// request was answered without asking the integrator. Retryable, once the window ends.
+pub const RATE_LIMITED: &str = "rate_limited";
 /// Error code: `max_connections` are open; this one is closed at once. Retryable.
 pub const SERVER_BUSY: &str = "server_busy";
 /// Error code: a refresh resolved to another user than the session's; the connection is then
@@ -45,6 +49,7 @@ fn known_code(code: &str) -> Option<&'static str> {
         LINE_TOO_LONG,
         IDLE_TIMEOUT,
         LOGIN_TIMEOUT,
+        RATE_LIMITED,
         SERVER_BUSY,
         REFRESH_MISMATCH,
         SESSION_EXPIRED,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::handler::{handle, Reply};
+use super::handler::{handle, Caller, Reply};
 use super::live::recheck::settle;
 use super::live::{Due, Holdings, Meanwhile, Standing, Timers};
 use super::protocol::{
@@ -70,14 +70,15 @@ pub(super) trait Transport: Send {
 pub(super) async fn serve<T: Transport>(
     mut transport: T,
     shared: Arc<Shared>,
-    connection: u64,
+    caller: Caller,
     slot: OwnedSemaphorePermit,
 ) {
+    let connection = caller.connection;
     let open = metrics::gauge!(SESSIONS_OPEN, "transport" => T::NAME);
     open.increment(1.0);
     metrics::counter!(SESSIONS_TOTAL, "transport" => T::NAME).increment(1);
     tracing::info!(connection, transport = T::NAME, "connection opened");
-    let (outcome, how) = run(&mut transport, &shared, connection).await;
+    let (outcome, how) = run(&mut transport, &shared, caller).await;
     transport.close(how).await;
     shared.registry.remove(connection);
     shared.leave(connection);
@@ -118,8 +119,9 @@ fn check<'a>(shared: &'a Shared, holdings: &Holdings) -> Check<'a> {
 async fn run<T: Transport>(
     transport: &mut T,
     shared: &Shared,
-    connection: u64,
+    caller: Caller,
 ) -> (&'static str, Close) {
+    let connection = caller.connection;
     let config = &shared.config;
     let levers = shared.registry.enrol(connection);
     let mut holdings = Holdings::default();
@@ -190,8 +192,7 @@ async fn run<T: Transport>(
             }
         };
         let held_before = holdings.credentials.len();
-        let reply = match on_incoming(transport, shared, connection, &mut holdings, incoming).await
-        {
+        let reply = match on_incoming(transport, shared, caller, &mut holdings, incoming).await {
             Next::Answer(reply, meanwhile) => {
                 if meanwhile || (checking.is_some() && held_before > 0) {
                     // What the session holds changed, or revocations may have been missed
@@ -232,7 +233,7 @@ enum Next {
 async fn on_incoming<T: Transport>(
     transport: &mut T,
     shared: &Shared,
-    connection: u64,
+    caller: Caller,
     holdings: &mut Holdings,
     incoming: Result<io::Result<Incoming>, tokio::time::error::Elapsed>,
 ) -> Next {
@@ -264,10 +265,10 @@ async fn on_incoming<T: Transport>(
             let reply = tokio::select! {
                 biased;
                 () = shared.cut.cancelled() => return Next::End("cut", Close::Normal),
-                reply = handle(shared, connection, holdings, T::NAME, &message) => reply,
+                reply = handle(shared, caller, holdings, T::NAME, &message) => reply,
             };
             // A revocation that came while the message was resolved did not find it.
-            match shared.registry.update(connection, holdings, since) {
+            match shared.registry.update(caller.connection, holdings, since) {
                 Meanwhile::Nothing => Next::Answer(reply, false),
                 Meanwhile::Unknown => Next::Answer(reply, true),
                 Meanwhile::Named => {

@@ -9,6 +9,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::budget::Rejections;
 use super::config::GameServerConfig;
 use super::live::{Pacer, Registry};
 use token_resolver::{Endpoint, Identity, Resolver};
@@ -55,6 +56,8 @@ pub(super) struct Shared {
     pub(super) members: Mutex<HashMap<String, HashMap<u64, Identity>>>,
     /// Limits.
     pub(super) config: GameServerConfig,
+    /// Rejected resolutions per client address.
+    pub(super) rejections: Rejections,
     /// The next connection number.
     pub(super) next_connection: AtomicU64,
     /// One permit per open session, on any transport: `max_connections` in all.
@@ -96,6 +99,7 @@ impl Shared {
             accepting: AtomicBool::new(false),
             registry: Arc::default(),
             rechecks: Pacer::new(config.recheck_rate),
+            rejections: Rejections::new(config.rejection_budget, config.rejection_window),
             config,
         }
     }

@@ -13,6 +13,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::Instrument;
 
+use super::handler::Caller;
 use super::protocol::{read_line, refusal, Line, SERVER_BUSY};
 use super::session::{self, Close, Incoming, Transport};
 use super::state::Shared;
@@ -59,11 +60,15 @@ fn admit(stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
         return;
     };
     let connection = shared.next_connection();
+    let caller = Caller {
+        connection,
+        peer: Some(peer.ip()),
+    };
     let span = tracing::info_span!("connection", connection, %peer, transport = "tcp");
     let transport = TcpTransport::new(stream, shared.config.max_line_bytes);
     shared
         .sessions
-        .spawn(session::serve(transport, shared.clone(), connection, slot).instrument(span));
+        .spawn(session::serve(transport, shared.clone(), caller, slot).instrument(span));
 }
 
 /// A TCP connection carrying one message per line.

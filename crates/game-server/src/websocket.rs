@@ -14,16 +14,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{RawQuery, State};
+use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
+use super::handler::Caller;
 use super::protocol::{refusal, BAD_REQUEST, SERVER_BUSY};
 use super::session::{self, Close, Incoming, Transport};
 use super::state::Shared;
@@ -114,9 +115,12 @@ fn normalise_origin(origin: &str) -> String {
 async fn upgrade(
     State(state): State<WsState>,
     RawQuery(query): RawQuery,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
+    // The listener gives every request its client's address.
+    let peer = peer.map(|Extension(ConnectInfo(peer))| peer.ip());
     if let Some(origin) = headers.get(header::ORIGIN) {
         let allowed = origin
             .to_str()
@@ -173,7 +177,8 @@ async fn upgrade(
     let span = tracing::info_span!("connection", connection, transport = "ws");
     let sessions = shared.sessions.clone();
     ws.on_upgrade(move |socket| {
-        let session = session::serve(WsTransport { socket }, shared, connection, slot);
+        let caller = Caller { connection, peer };
+        let session = session::serve(WsTransport { socket }, shared, caller, slot);
         sessions.track_future(session.instrument(span))
     })
 }

@@ -16,7 +16,7 @@ use support::{
 };
 use token_resolver::Resolver;
 use token_resolver_game_server::{
-    GameClient, GameServerConfig, RunningGameServer, WebSocketConfig,
+    GameClient, GameServerConfig, RunningGameServer, WebSocketConfig, RATE_LIMITED,
 };
 use token_resolver_player::RoomInfo;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -360,4 +360,37 @@ async fn draining_tells_websocket_clients_to_go_with_1001() {
         std::net::TcpStream::connect(addr).is_err()
     })
     .await;
+}
+
+#[tokio::test]
+async fn an_address_whose_made_up_tokens_keep_being_rejected_is_rate_limited_on_both_transports() {
+    // Pins down the rejection budget: three made-up tokens from one address reach the
+    // integrator and are rejected; the fourth, over TCP or over WebSocket, is answered
+    // rate_limited (retryable) without another call.
+    let api = reference_api().await;
+    let config = GameServerConfig {
+        rejection_budget: 3,
+        ..GameServerConfig::default()
+    };
+    let (game, ws) = server_with(resolver_for(&api.base_url()).build().unwrap(), config, &[]).await;
+    let mut client = GameClient::open(game.local_addr()).await.unwrap();
+    for i in 0..3 {
+        let refused = client
+            .connect(Some(&format!("made-up-{i}")))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Some("token_rejected"), "{refused}");
+    }
+    assert_eq!(api.api().user_requests(), 3);
+    let refused = client.connect(Some("made-up-3")).await.unwrap_err();
+    assert_eq!(refused.code(), Some(RATE_LIMITED), "{refused}");
+    let mut socket = open(ws, "", None).await.unwrap();
+    let answer = ask(
+        &mut socket,
+        json!({"type": "connect", "access_token": "made-up-4"}),
+    )
+    .await;
+    assert_eq!(answer["error"], RATE_LIMITED, "{answer}");
+    assert_eq!(answer["retryable"], true);
+    assert_eq!(api.api().user_requests(), 3, "no call past the budget");
 }

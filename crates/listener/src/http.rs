@@ -13,17 +13,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
+use tower_service::Service as _;
 
 use crate::task::Stopped;
 
@@ -91,7 +92,13 @@ pub async fn serve(
         };
         // Small answers, sent at once: a WebSocket frame must not wait for the last ACK.
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
+        // Every request carries the client's address, as `axum::serve` with connect info
+        // gives it.
+        let router = router.clone();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            router.clone().call(request)
+        });
         let connection = builder
             .serve_connection(TokioIo::new(stream), service)
             .with_upgrades();

@@ -29,6 +29,7 @@ const MEANINGS = {
   line_too_long: "A message was too long.",
   idle_timeout: "You were idle too long.",
   login_timeout: "The game closed the connection before you logged in: try again.",
+  rate_limited: "Too many refused logins from your network: try again in a minute.",
   server_busy: "The game server is full: try again in a moment.",
   origin_not_allowed: "This page may not open game sessions.",
   session_expired: "Your session expired: log in again.",

@@ -67,6 +67,13 @@ pub(crate) struct GameServerArgs {
     /// Messages before it do not extend it.
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     pub(crate) login_timeout: u64,
+    /// Tokens of one client address the integrator may reject per --rejection-window; past
+    /// it, connects, joins and refreshes from there get rate_limited without a call (0: off).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub(crate) rejection_budget: u32,
+    /// The window --rejection-budget counts in, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub(crate) rejection_window: u64,
     /// Seconds a connection may stay silent before it is closed.
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub(crate) idle_timeout: u64,
@@ -242,6 +249,8 @@ fn server(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<GameServer, 
         rooms,
         max_connections: args.max_connections,
         login_timeout: Duration::from_secs(args.login_timeout),
+        rejection_budget: args.rejection_budget,
+        rejection_window: Duration::from_secs(args.rejection_window),
         idle_timeout: Duration::from_secs(args.idle_timeout),
         advertised_host: args.advertise_host.clone(),
         reauth_grace: Duration::from_secs(args.reauth_grace),
