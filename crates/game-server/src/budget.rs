@@ -48,7 +48,8 @@ impl Rejections {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let &(since, count) = by_address.get(&address)?;
-        let left = self.window.checked_sub(since.elapsed())?;
+        // A window that has run its length is over, as `record` sees it.
+        let left = (self.window.checked_sub(since.elapsed())).filter(|left| !left.is_zero())?;
         (count >= self.budget).then_some(left)
     }
 
