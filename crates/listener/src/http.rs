@@ -26,14 +26,11 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tower_service::Service as _;
 
+use crate::caps::TurnAway;
 use crate::task::Stopped;
 
 /// Longest wait for requests in progress when the listener stops.
 const STOP_GRACE: Duration = Duration::from_secs(5);
-/// Connections past the cap being answered 503 at once, at most; past that they are closed.
-const TURNED_AWAY_AT_ONCE: usize = 64;
-/// Longest a connection past the cap is kept to be answered 503.
-const TURN_AWAY_DEADLINE: Duration = Duration::from_secs(1);
 /// The bounds of one listener.
 #[derive(Debug, Clone, Copy)]
 pub struct HttpLimits {
@@ -60,7 +57,7 @@ pub async fn serve(
     ));
     let max_connections = limits.max_connections.max(1);
     let slots = Arc::new(Semaphore::new(max_connections));
-    let turning_away = Arc::new(Semaphore::new(TURNED_AWAY_AT_ONCE));
+    let turn_away = TurnAway::default();
     let (stopping, stop_seen) = watch::channel(false);
     let mut builder = http1::Builder::new();
     builder
@@ -81,13 +78,7 @@ pub async fn serve(
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             tracing::debug!(%peer, "HTTP listener full: connection answered 503");
-            if let Ok(permit) = turning_away.clone().try_acquire_owned() {
-                tokio::spawn(async move {
-                    let _ =
-                        tokio::time::timeout(TURN_AWAY_DEADLINE, crate::answer_busy(stream)).await;
-                    drop(permit);
-                });
-            }
+            turn_away.answer(stream);
             continue;
         };
         // Small answers, sent at once: a WebSocket frame must not wait for the last ACK.

@@ -4,8 +4,8 @@
 //!   [`Stopped`] signal its accept loop watches;
 //! - [`http`]: serving an axum router within [`HttpLimits`] (a connection cap, deadlines for a
 //!   request's head and for the whole request);
-//! - [`per_address`]: [`PerAddress`], connections counted per client address for a cap on
-//!   each, and [`answer_busy`], the 503 a connection past a cap is answered;
+//! - [`caps`]: [`PerAddress`], connections counted per client address for a cap on each, and
+//!   [`TurnAway`], the quick 503 a connection past a cap is answered;
 //! - [`secret`]: [`AdminSecret`], the bearer secret of the admin endpoints.
 //!
 //! The reference integrator API, the game server's admin and WebSocket listeners are built on
@@ -13,12 +13,12 @@
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+pub mod caps;
 pub mod http;
-pub mod per_address;
 pub mod secret;
 pub mod task;
 
+pub use caps::{AddressSlot, PerAddress, TurnAway};
 pub use http::HttpLimits;
-pub use per_address::{answer_busy, AddressSlot, PerAddress};
 pub use secret::{AdminSecret, AdminSecretError};
 pub use task::{ServerTask, Stopped};

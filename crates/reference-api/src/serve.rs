@@ -37,14 +37,10 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 use tower_service::Service as _;
 
-use token_resolver_listener::{answer_busy, PerAddress, Stopped};
+use token_resolver_listener::{PerAddress, Stopped, TurnAway};
 
 /// What an HTTP/2 client sends first.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-/// Connections past a cap being answered 503 at once, at most; past that they are closed.
-const TURNED_AWAY_AT_ONCE: usize = 64;
-/// Longest a connection past a cap is kept to be answered 503.
-const TURN_AWAY_DEADLINE: Duration = Duration::from_secs(1);
 
 /// The bounds of the reference API's listener.
 #[derive(Debug, Clone, Copy)]
@@ -131,7 +127,7 @@ pub(super) async fn serve(
     let graceful = GracefulShutdown::new();
     let places = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let per_address = PerAddress::new(limits.max_connections_per_address);
-    let turning_away = Arc::new(Semaphore::new(TURNED_AWAY_AT_ONCE));
+    let turn_away = TurnAway::default();
     loop {
         let (stream, peer) = tokio::select! {
             () = stop.wait() => break,
@@ -153,11 +149,9 @@ pub(super) async fn serve(
         });
         let Some(admitted) = admitted else {
             tracing::debug!(%peer, "reference API: too many connections; answered 503");
-            if let (None, Ok(permit)) = (&tls, turning_away.clone().try_acquire_owned()) {
-                tokio::spawn(async move {
-                    let _ = tokio::time::timeout(TURN_AWAY_DEADLINE, answer_busy(stream)).await;
-                    drop(permit);
-                });
+            // Over TLS no answer can come before a handshake: the connection is closed.
+            if tls.is_none() {
+                turn_away.answer(stream);
             }
             continue;
         };

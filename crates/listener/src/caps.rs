@@ -1,5 +1,7 @@
-//! [`PerAddress`]: how many connections each client address holds open, so that a public
-//! listener can cap them per address as well as in all, and one address cannot take every slot.
+//! What a listener does at its caps: [`PerAddress`] counts the connections each client address
+//! holds open, so that a public listener can cap them per address as well as in all, and one
+//! address cannot take every slot; [`TurnAway`] answers a connection past a cap with a quick
+//! 503 rather than a reset.
 //!
 //! An address is counted while it has a connection open, and forgotten with its last one: the
 //! map holds at most as many addresses as the listener holds connections.
@@ -7,9 +9,16 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+
+/// Connections past a cap being answered 503 at once, at most; past that they are closed.
+const TURNED_AWAY_AT_ONCE: usize = 64;
+/// Longest a connection past a cap is kept to be answered 503.
+const TURN_AWAY_DEADLINE: Duration = Duration::from_secs(1);
 
 /// Open connections per client address, each address at most `cap`.
 #[derive(Debug)]
@@ -76,10 +85,39 @@ content-length: 22\r\n\
 \r\n\
 {\"error\":\"overloaded\"}";
 
-/// Answers an HTTP connection past a cap 503 with `Retry-After: 1` and closes it, after
-/// reading what it sent so that the close does not reset the answer away. Bound it with a
-/// timeout: a client that keeps sending keeps it reading.
-pub async fn answer_busy(mut stream: TcpStream) {
+/// Answers HTTP connections past a cap 503 with `Retry-After: 1` and closes them: at most
+/// [`TURNED_AWAY_AT_ONCE`] at once, each within [`TURN_AWAY_DEADLINE`]; past that bound a
+/// connection is closed without an answer, so that a flood costs a bounded number of tasks.
+#[derive(Debug, Clone)]
+pub struct TurnAway {
+    at_once: Arc<Semaphore>,
+}
+
+impl Default for TurnAway {
+    fn default() -> Self {
+        TurnAway {
+            at_once: Arc::new(Semaphore::new(TURNED_AWAY_AT_ONCE)),
+        }
+    }
+}
+
+impl TurnAway {
+    /// Answers `stream` 503 in a task of its own, or closes it when too many are being
+    /// answered already.
+    pub fn answer(&self, stream: TcpStream) {
+        let Ok(permit) = self.at_once.clone().try_acquire_owned() else {
+            return;
+        };
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(TURN_AWAY_DEADLINE, answer_busy(stream)).await;
+            drop(permit);
+        });
+    }
+}
+
+/// Answers `stream` 503 and closes it, after reading what it sent so that the close does not
+/// reset the answer away.
+async fn answer_busy(mut stream: TcpStream) {
     if stream.write_all(BUSY_ANSWER).await.is_err() || stream.shutdown().await.is_err() {
         return;
     }
