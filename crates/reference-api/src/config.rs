@@ -275,19 +275,33 @@ fn shown(target: &str) -> String {
     }
 }
 
-/// `public_url` if it is an `http` or `https` URL with a host and nothing after its path.
-fn public_base_url(public_url: &str) -> Result<(), ApiConfigError> {
-    let bad = |reason: &'static str| ApiConfigError::PublicUrl {
-        url: shown(public_url),
-        reason,
-    };
-    let url = url::Url::parse(public_url).map_err(|_| bad("is not a URL"))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-        return Err(bad("is not an http:// or https:// URL with a host"));
+/// `text` parsed, if it is a URL of one of `schemes` with a host and nothing but a path after
+/// it (no query, fragment or user info); otherwise what is wrong with it, `not_scheme` when the
+/// scheme or the host is.
+fn bare_url(
+    text: &str,
+    schemes: [&str; 2],
+    not_scheme: &'static str,
+) -> Result<url::Url, &'static str> {
+    let url = url::Url::parse(text).map_err(|_| "is not a URL")?;
+    if !schemes.contains(&url.scheme()) || url.host().is_none() {
+        return Err(not_scheme);
     }
     if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
-        return Err(bad("has a query, a fragment or user info"));
+        return Err("has a query, a fragment or user info");
     }
+    Ok(url)
+}
+
+/// `public_url` if it is an `http` or `https` URL with a host and nothing after its path.
+fn public_base_url(public_url: &str) -> Result<(), ApiConfigError> {
+    let not_scheme = "is not an http:// or https:// URL with a host";
+    bare_url(public_url, ["http", "https"], not_scheme).map_err(|reason| {
+        ApiConfigError::PublicUrl {
+            url: shown(public_url),
+            reason,
+        }
+    })?;
     Ok(())
 }
 
@@ -298,13 +312,12 @@ pub(super) fn play_game_url(game: &str) -> Result<String, ApiConfigError> {
         url: shown(game),
         reason,
     };
-    let url = url::Url::parse(game).map_err(|_| bad("is not a URL"))?;
-    if !matches!(url.scheme(), "ws" | "wss") || url.host().is_none() {
-        return Err(bad("is not a ws:// or wss:// URL with a host"));
-    }
-    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
-        return Err(bad("has a query, a fragment or user info"));
-    }
+    let url = bare_url(
+        game,
+        ["ws", "wss"],
+        "is not a ws:// or wss:// URL with a host",
+    )
+    .map_err(bad)?;
     // A policy source list is split on spaces and semicolons; `Url` encodes spaces, not `;`.
     if url.as_str().contains([';', ',', '\'', '"']) {
         return Err(bad(
