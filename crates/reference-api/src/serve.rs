@@ -17,7 +17,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
@@ -235,7 +235,7 @@ impl Connection {
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let activity = Arc::new(Activity::default());
+        let activity = Activity::new();
         // Every request carries the peer's address as `ConnectInfo` (as `axum::serve` with
         // `into_make_service_with_connect_info` gives it): the login throttle counts failures
         // per client address.
@@ -299,24 +299,32 @@ async fn opens_with_h2_preface(stream: &TcpStream) -> std::io::Result<bool> {
     }
 }
 
-/// What a connection is doing: requests in flight, whether one has begun, and when the last
-/// one ended.
-#[derive(Default)]
+/// What a connection is doing: requests in flight, whether one has begun, and when it was
+/// last busy.
 struct Activity {
     in_flight: AtomicUsize,
     begun: AtomicBool,
-    /// Milliseconds since `origin` when the connection last went idle.
-    idle_since: AtomicU64,
-    origin: std::sync::OnceLock<Instant>,
+    /// When the connection was served or last finished a request.
+    last_busy: Mutex<Instant>,
 }
 
 /// A request in flight, counted until it is dropped.
 struct Busy(Arc<Activity>);
 
 impl Activity {
-    fn now(&self) -> u64 {
-        let origin = self.origin.get_or_init(Instant::now);
-        u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    /// A connection served from now, with nothing in flight.
+    fn new() -> Arc<Activity> {
+        Arc::new(Activity {
+            in_flight: AtomicUsize::new(0),
+            begun: AtomicBool::new(false),
+            last_busy: Mutex::new(Instant::now()),
+        })
+    }
+
+    fn last_busy(&self) -> MutexGuard<'_, Instant> {
+        self.last_busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A request began (its head came).
@@ -336,23 +344,20 @@ impl Activity {
 
     /// Returns once nothing has been in flight for `idle`.
     async fn idle_for(&self, idle: Duration) {
-        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
-        self.idle_since.store(self.now(), Ordering::Release);
         loop {
-            let since = self.idle_since.load(Ordering::Acquire);
-            let quiet = self.now().saturating_sub(since);
-            if self.in_flight.load(Ordering::Acquire) == 0 && quiet >= idle_ms {
+            let quiet = self.last_busy().elapsed();
+            if self.in_flight.load(Ordering::Acquire) == 0 && quiet >= idle {
                 return;
             }
-            let left = idle_ms.saturating_sub(quiet).max(idle_ms / 4).max(10);
-            tokio::time::sleep(Duration::from_millis(left)).await;
+            let left = idle.saturating_sub(quiet).max(idle / 4);
+            tokio::time::sleep(left.max(Duration::from_millis(10))).await;
         }
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.idle_since.store(self.0.now(), Ordering::Release);
+        *self.0.last_busy() = Instant::now();
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
