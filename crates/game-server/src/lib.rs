@@ -18,8 +18,9 @@
 //!
 //! Any request can instead be answered `{"type":"error","error":"<code>","message":"…",
 //! "retryable":false}`. The codes are the resolver's ([`ErrorCode::as_str`]) plus the game
-//! server's own: [`ROOM_NOT_FOUND`], [`BAD_REQUEST`], [`LINE_TOO_LONG`], [`LOGIN_TIMEOUT`], [`IDLE_TIMEOUT`]
-//! and [`SERVER_BUSY`]; after the last three the server closes the connection.
+//! server's own: [`ROOM_NOT_FOUND`], [`BAD_REQUEST`], [`RATE_LIMITED`] (an address whose
+//! tokens keep being rejected, answered without a call), [`LINE_TOO_LONG`], [`LOGIN_TIMEOUT`],
+//! [`IDLE_TIMEOUT`] and [`SERVER_BUSY`]; after the last four the server closes the connection.
 //!
 //! The server also speaks first once: when it drains (see [`RunningGameServer::drain`]) it
 //! sends `{"type":"shutdown","retry_after_ms":N}` and closes; reconnect after `N` ms.
@@ -42,8 +43,9 @@
 //! - **What a hostile client controls is bounded**: line length (then [`LINE_TOO_LONG`] and
 //!   close), time to log in from accept, which no other message extends (then
 //!   [`LOGIN_TIMEOUT`] and close), time between messages (then [`IDLE_TIMEOUT`] and close),
-//!   time to read an answer
-//!   (`write_timeout`, then close), concurrent connections ([`SERVER_BUSY`] and close).
+//!   time to read an answer (`write_timeout`, then close), concurrent connections
+//!   ([`SERVER_BUSY`] and close), tokens the integrator rejects per address (then
+//!   [`RATE_LIMITED`]).
 //!   Messages of one connection are handled one at a time, so a connection has at most one
 //!   resolution under way.
 //! - Error messages and logs never carry the token; a malformed request's parse error is
