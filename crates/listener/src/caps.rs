@@ -85,9 +85,9 @@ content-length: 22\r\n\
 \r\n\
 {\"error\":\"overloaded\"}";
 
-/// Answers HTTP connections past a cap 503 with `Retry-After: 1` and closes them: at most
-/// [`TURNED_AWAY_AT_ONCE`] at once, each within [`TURN_AWAY_DEADLINE`]; past that bound a
-/// connection is closed without an answer, so that a flood costs a bounded number of tasks.
+/// Answers HTTP connections past a cap 503 with `Retry-After: 1` and closes them: at most 64
+/// at once, each within a second; past that bound a connection is closed without an answer,
+/// so that a flood costs a bounded number of tasks.
 #[derive(Debug, Clone)]
 pub struct TurnAway {
     at_once: Arc<Semaphore>,
