@@ -1,0 +1,65 @@
+//! The properties the fuzz targets check, shared with the stable-toolchain tests.
+//!
+//! Each fuzz target in `fuzz/fuzz_targets/` is one line calling a `fuzz_*` function here on the
+//! raw bytes libFuzzer hands it; the library's `tests/fuzz_regressions.rs` replays every
+//! committed corpus and crash file through the same function, and `tests/properties.rs` drives
+//! the `check_*` functions with proptest strategies. This module is built without the crate's
+//! `servers` feature for the fuzz targets, so it uses only the crate's plain dependencies:
+//! `token_resolver`, `token_resolver_player`, `serde`, `serde_json`, `url`, `arbitrary` and
+//! `tokio`.
+//!
+//! Every check panics with the offending input when a property fails; "no panic" is the
+//! weakest of them.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::time::Duration;
+
+use arbitrary::Unstructured;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::{Map, Number, Value};
+use token_resolver::answer::{parse_cache_control, parse_user, Freshness};
+use token_resolver::{check_syntax, MAX_TOKEN_BYTES};
+use token_resolver::{AccessToken, Endpoint, ErrorCode, Resolver};
+use token_resolver_player::{RoomInfo, RoomJoinArgs};
+
+mod answer;
+mod auth_url;
+mod room_auth_url;
+mod token;
+
+pub use self::answer::*;
+pub use self::auth_url::*;
+pub use self::room_auth_url::*;
+pub use self::token::*;
+
+/// JSON equality where two floats are equal within a relative 1e-15: serde_json's default
+/// float parsing is not always correctly rounded, so a float may move by one unit in the last
+/// place over a text round trip. Ids and names are compared exactly elsewhere.
+fn json_eq(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) if x.is_f64() || y.is_f64() => {
+            match (x.as_f64(), y.as_f64()) {
+                (Some(x), Some(y)) => x == y || (x - y).abs() <= 1e-15 * x.abs().max(y.abs()),
+                _ => false,
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| json_eq(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => json_map_eq(x, y),
+        _ => a == b,
+    }
+}
+
+fn json_map_eq(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .all(|(k, v)| b.get(k).is_some_and(|w| json_eq(v, w)))
+}
+
+/// An input shown in a failure message: lossy text, cut to 300 bytes.
+fn show(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(300)]);
+    format!("{text:?} ({} bytes)", bytes.len())
+}
