@@ -296,7 +296,7 @@ fn rate_limited(shared: &Shared, caller: Caller, request: &Request) -> Option<Ve
     if !resolves {
         return None;
     }
-    let wait = shared.rejections.exhausted(caller.peer?)?;
+    let wait = shared.rejections.exhausted(&caller.peer?)?;
     let connection = caller.connection;
     tracing::info!(
         connection,

@@ -73,7 +73,6 @@
 #![forbid(unsafe_code)]
 
 mod admin;
-mod budget;
 mod config;
 mod game_client;
 mod handler;

@@ -2,6 +2,7 @@
 //! them, the connection cap, the drain signals and the registry of live sessions.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -9,10 +10,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::budget::Rejections;
 use super::config::GameServerConfig;
 use super::live::{Pacer, Registry};
 use token_resolver::{Endpoint, Identity, Resolver};
+use token_resolver_listener::Budget;
 use token_resolver_player::RoomInfo;
 
 /// A room as the server keeps it.
@@ -57,7 +58,7 @@ pub(super) struct Shared {
     /// Limits.
     pub(super) config: GameServerConfig,
     /// Rejected resolutions per client address.
-    pub(super) rejections: Rejections,
+    pub(super) rejections: Budget<IpAddr>,
     /// The next connection number.
     pub(super) next_connection: AtomicU64,
     /// One permit per open session, on any transport: `max_connections` in all.
@@ -99,7 +100,7 @@ impl Shared {
             accepting: AtomicBool::new(false),
             registry: Arc::default(),
             rechecks: Pacer::new(config.recheck_rate),
-            rejections: Rejections::new(config.rejection_budget, config.rejection_window),
+            rejections: Budget::new(config.rejection_budget, config.rejection_window),
             config,
         }
     }

@@ -4,8 +4,12 @@
 //!   [`Stopped`] signal its accept loop watches;
 //! - [`http`]: serving an axum router within [`HttpLimits`] (a connection cap, deadlines for a
 //!   request's head and for the whole request);
+//! - [`budget`]: [`Budget`], how often each caller (an address, a device id) did something
+//!   lately, each at most a budget per window;
 //! - [`caps`]: [`PerAddress`], connections counted per client address for a cap on each, and
 //!   [`TurnAway`], the quick 503 a connection past a cap is answered;
+//! - [`forwarded`]: [`TrustedProxies`], the client's address behind the reverse proxies an
+//!   operator names, and the TCP peer otherwise;
 //! - [`secret`]: [`AdminSecret`], the bearer secret of the admin endpoints.
 //!
 //! The reference integrator API, the game server's admin and WebSocket listeners are built on
@@ -13,12 +17,16 @@
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+pub mod budget;
 pub mod caps;
+pub mod forwarded;
 pub mod http;
 pub mod secret;
 pub mod task;
 
+pub use budget::Budget;
 pub use caps::{AddressSlot, PerAddress, TurnAway};
+pub use forwarded::{TrustedProxies, TrustedProxyError};
 pub use http::HttpLimits;
 pub use secret::{AdminSecret, AdminSecretError};
 pub use task::{ServerTask, Stopped};
