@@ -18,6 +18,10 @@
 //!   fast as the clients can go, on the same 2 cores as the server.
 //! - `attacker`: 64 connections from one address guessing one username's password flat out,
 //!   the attacker of issue 14; `401` counts the guesses actually checked.
+//! - `guests flat out, many addresses`: device-id logins instead, each a new device, moving
+//!   address every 4 logins: every one is admitted (200) and opens a session, the anonymous
+//!   flood of issue 24. Then `idle after the floods` probes `/api/user` again, and a line says
+//!   what the API holds and whether a password user still logs in.
 //!
 //! The server runs on its own 2-worker runtime, the flood on another, and the `/api/user`
 //! probe on a thread of its own, so that flood tasks do not delay the probe in the client;
@@ -52,6 +56,8 @@ enum Source {
     OneAddress,
     /// 127.101.0.1 only, one username.
     Attacker,
+    /// Device-id logins, each a new device; new address every few logins.
+    Guests,
 }
 
 /// One flood: its source and its pace.
@@ -159,6 +165,12 @@ fn main() {
             None,
             attack,
         ),
+        (
+            "guests flat out, many addresses".to_owned(),
+            Source::Guests,
+            None,
+            FLOOD,
+        ),
     ];
     for (name, source, rate, length) in rows {
         let flood = Flood { source, rate };
@@ -174,6 +186,21 @@ fn main() {
             );
         }
     }
+    let after = probe(&base, &token, Some(IDLE_SAMPLES), None);
+    print_row("idle after the floods", &after, None, Duration::ZERO);
+    let held = running.api().held();
+    let known = client_rt.block_on(async {
+        let answer = reqwest::Client::new()
+            .post(format!("{base}/api/login"))
+            .json(&json!({ "username": "bob", "password": "builder" }))
+            .send()
+            .await;
+        answer.map_or(0, |response| response.status().as_u16())
+    });
+    println!(
+        "after the floods: {} sessions, {} tokens, {} guests held; a password login answers {known}",
+        held.sessions, held.tokens, held.guests
+    );
     server_rt.block_on(running.shutdown());
 }
 
@@ -263,15 +290,19 @@ async fn flood_connection(
         if let Some(pace) = &mut pace {
             pace.tick().await;
         }
-        let renew = matches!(flood.source, Source::ManyAddresses) && sent % LOGINS_PER_ADDRESS == 0;
+        let renew = matches!(flood.source, Source::ManyAddresses | Source::Guests)
+            && sent % LOGINS_PER_ADDRESS == 0;
         if client.is_none() || renew {
             client = Some(client_from(source_address(flood.source, connection, sent)));
         }
-        let username = match flood.source {
-            Source::Attacker => "alice".to_owned(),
-            _ => format!("user-{}", (connection * 1_000 + sent) % 50_000),
+        let body = match flood.source {
+            Source::Guests => json!({ "device_id": format!("flood-{connection}-{sent}") }),
+            Source::Attacker => json!({ "username": "alice", "password": format!("guess-{sent}") }),
+            _ => json!({
+                "username": format!("user-{}", (connection * 1_000 + sent) % 50_000),
+                "password": format!("guess-{sent}"),
+            }),
         };
-        let body = json!({ "username": username, "password": format!("guess-{sent}") });
         let answer = client
             .as_ref()
             .expect("a client")
@@ -290,7 +321,7 @@ async fn flood_connection(
 /// The loopback address the `sent`-th login of `connection` leaves from.
 fn source_address(source: Source, connection: u64, sent: u64) -> IpAddr {
     match source {
-        Source::ManyAddresses => {
+        Source::ManyAddresses | Source::Guests => {
             let n = (connection << 16) + sent / LOGINS_PER_ADDRESS + 2;
             let [_, b, c, d] = (n as u32).to_be_bytes();
             IpAddr::V4(Ipv4Addr::new(127, b.wrapping_add(1), c, d.max(1)))

@@ -35,12 +35,7 @@ pub(super) async fn ban(
             return error(StatusCode::SERVICE_UNAVAILABLE, "too_many_bans");
         }
         store.banned.insert(user_id);
-        let (tokens, sessions) = (store.tokens.len(), store.sessions.len());
-        store.tokens.retain(|_, token| token.user_id != user_id);
-        store
-            .sessions
-            .retain(|_, session| session.user_id != user_id);
-        (tokens - store.tokens.len(), sessions - store.sessions.len())
+        store.end_user(user_id)
     };
     tracing::info!(user_id, tokens_revoked, sessions_ended, "user banned");
     if let Some(notifier) = &api.inner.notifier {

@@ -1,14 +1,15 @@
 //! What a reference API serves: its users ([`ApiUser`], [`demo_users`], a users file), the
 //! token lifetime, the game servers it tells of revocations with its admin secret
-//! ([`AdminSecret`]), and how it resists password guessing ([`LoginLimits`]) ([`ApiConfig`]),
-//! all checked before anything is hashed ([`ApiConfigError`]).
+//! ([`AdminSecret`]), how it resists password guessing ([`LoginLimits`]) and anonymous floods
+//! ([`SessionLimits`], [`TrustedProxies`]) ([`ApiConfig`]), all checked before anything is
+//! hashed ([`ApiConfigError`]).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
-pub use token_resolver_listener::{AdminSecret, AdminSecretError};
+pub use token_resolver_listener::{AdminSecret, AdminSecretError, TrustedProxies};
 
 use super::serve::ServeLimits;
 #[cfg(doc)]
@@ -96,6 +97,13 @@ pub struct ApiConfig {
     /// How failed logins are throttled and password checks bounded. Default:
     /// [`LoginLimits::default`].
     pub login_limits: LoginLimits,
+    /// What anonymous (device-id) callers can take, and how many sessions anyone holds.
+    /// Default: [`SessionLimits::default`].
+    pub session_limits: SessionLimits,
+    /// The reverse proxies whose `X-Forwarded-For` or `Forwarded` names the client address
+    /// that logins are throttled and capped by. Default: none, and those headers are ignored
+    /// (a client writes them): the client is the TCP peer.
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl Default for ApiConfig {
@@ -110,6 +118,8 @@ impl Default for ApiConfig {
             admin_secret: None,
             serve: ServeLimits::default(),
             login_limits: LoginLimits::default(),
+            session_limits: SessionLimits::default(),
+            trusted_proxies: TrustedProxies::default(),
         }
     }
 }
@@ -188,6 +198,94 @@ impl LoginLimits {
     }
 }
 
+/// What anonymous callers can take, so that device-id logins (free, no password) cannot fill
+/// the API's memory or lock anyone out; and how many sessions anyone holds.
+///
+/// Device-id logins are throttled per client address (an IPv6 /64) and per device id: past
+/// the budget of a window they answer `429 too_many_attempts` with `Retry-After`. Every cap
+/// below makes room by ending the oldest (a session, with its tokens) or the one that would
+/// expire first (a guest token, a guest), never by refusing a login: a flood of guests ends
+/// older guests' sessions, never a password user's, whose sessions are bounded by the users
+/// file and [`sessions_per_user`](Self::sessions_per_user). An ended session's tokens stop
+/// working as an expired one's do: game servers are not told.
+#[derive(Debug, Clone)]
+pub struct SessionLimits {
+    /// Sessions one password user holds; a new login ends the oldest. Default: 64.
+    pub sessions_per_user: usize,
+    /// Sessions one device (its guest) holds; a new login ends the oldest. Default: 8.
+    pub sessions_per_device: usize,
+    /// Guest sessions opened from one client address; a new one ends the address's oldest.
+    /// Default: 256 (a household or a school behind one NAT).
+    pub guest_sessions_per_address: usize,
+    /// Guest sessions in all; a new one ends the oldest. Default: 100,000.
+    pub guest_sessions: usize,
+    /// Live guest tokens in all; a new one ends the guest token that would expire first.
+    /// Default: 1,000,000.
+    pub guest_tokens: usize,
+    /// Guests in all; a new device ends the guest that would be forgotten first. Default:
+    /// 100,000.
+    pub guests: usize,
+    /// A guest whose device has not logged in for this long is forgotten with its sessions;
+    /// the device comes back as a new guest. Default: 7 days.
+    pub guest_ttl: Duration,
+    /// Device-id logins from one client address per window. Default: 60.
+    pub device_logins_per_address: u32,
+    /// Logins of one device id per window. Default: 10.
+    pub device_logins_per_device: u32,
+    /// The window the device-id login budgets count in. Default: 60 s.
+    pub device_login_window: Duration,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self {
+            sessions_per_user: 64,
+            sessions_per_device: 8,
+            guest_sessions_per_address: 256,
+            guest_sessions: 100_000,
+            guest_tokens: 1_000_000,
+            guests: 100_000,
+            guest_ttl: Duration::from_secs(7 * 24 * 60 * 60),
+            device_logins_per_address: 60,
+            device_logins_per_device: 10,
+            device_login_window: Duration::from_secs(60),
+        }
+    }
+}
+
+impl SessionLimits {
+    /// Checks that every count and the guests' lifetime are at least 1.
+    fn validate(&self) -> Result<(), ApiConfigError> {
+        let counts = [
+            ("sessions_per_user", self.sessions_per_user),
+            ("sessions_per_device", self.sessions_per_device),
+            (
+                "guest_sessions_per_address",
+                self.guest_sessions_per_address,
+            ),
+            ("guest_sessions", self.guest_sessions),
+            ("guest_tokens", self.guest_tokens),
+            ("guests", self.guests),
+            (
+                "device_logins_per_address",
+                self.device_logins_per_address as usize,
+            ),
+            (
+                "device_logins_per_device",
+                self.device_logins_per_device as usize,
+            ),
+            ("guest_ttl", usize::from(!self.guest_ttl.is_zero())),
+        ];
+        match counts.iter().find(|(_, n)| *n == 0) {
+            Some(&(name, _)) => Err(ApiConfigError::SessionLimit {
+                name,
+                reason: "must be at least 1",
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 impl ApiConfig {
     /// Reads the users from a JSON file holding a list of `{id, name, username, password}`.
     ///
@@ -215,14 +313,14 @@ impl ApiConfig {
 
     /// Checks that ids and usernames are unique and that no username or password is empty;
     /// that every notify target is an `http` or `https` URL and that they come with an admin
-    /// secret; and the login limits.
+    /// secret; and the login and session limits.
     ///
     /// # Errors
     ///
     /// [`ApiConfigError::DuplicateId`], [`ApiConfigError::DuplicateUsername`],
     /// [`ApiConfigError::EmptyUsername`] or [`ApiConfigError::EmptyPassword`], for the first
     /// user at fault; [`ApiConfigError::NotifyUrl`] or [`ApiConfigError::NotifyWithoutSecret`];
-    /// [`ApiConfigError::LoginLimit`].
+    /// [`ApiConfigError::LoginLimit`] or [`ApiConfigError::SessionLimit`].
     pub fn validate(&self) -> Result<(), ApiConfigError> {
         self.validate_users()?;
         for target in &self.notify {
@@ -237,7 +335,8 @@ impl ApiConfig {
         for game in &self.play_game_urls {
             play_game_url(game)?;
         }
-        self.login_limits.validate()
+        self.login_limits.validate()?;
+        self.session_limits.validate()
     }
 
     /// The users part of [`ApiConfig::validate`].
@@ -432,6 +531,14 @@ pub enum ApiConfigError {
     /// A [`LoginLimits`] setting is out of range.
     #[error("login limit {name} {reason}")]
     LoginLimit {
+        /// The field at fault.
+        name: &'static str,
+        /// What it must be.
+        reason: &'static str,
+    },
+    /// A [`SessionLimits`] setting is out of range.
+    #[error("session limit {name} {reason}")]
+    SessionLimit {
         /// The field at fault.
         name: &'static str,
         /// What it must be.

@@ -4,7 +4,6 @@
 //! `/api/login` is in `login`, the admin endpoints in `admin`.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::Bytes;
@@ -16,7 +15,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::notify::Notice;
-use super::store::{sha256, IssuedToken, Kind, MAX_TOKENS_PER_SESSION};
+use super::store::{sha256, Ended, MAX_TOKENS_PER_SESSION};
 use super::ReferenceApi;
 
 /// Upper bound on the `max-age` of a `/api/user` answer, in seconds.
@@ -111,43 +110,22 @@ fn issue_token(
     let session_key = sha256(session_id);
     let now = Instant::now();
     let mut store = api.store();
-    let (user_id, index, lifetime, sid) = match store.sessions.get(&session_key) {
-        Some(session) if session.expires > now => {
-            if session.tokens_issued >= MAX_TOKENS_PER_SESSION {
-                return Err(Refusal::Error(StatusCode::FORBIDDEN, "too_many_tokens"));
-            }
-            let lifetime = lifetime.min(session.expires - now);
-            let sid = session.sid.clone();
-            (session.user_id, session.tokens_issued, lifetime, sid)
-        }
-        Some(_) => {
-            store.sessions.remove(&session_key);
-            return Err(Refusal::Error(StatusCode::UNAUTHORIZED, "invalid_session"));
-        }
-        None => return Err(Refusal::Error(StatusCode::UNAUTHORIZED, "invalid_session")),
+    let Some(session) = store.session(&session_key, now) else {
+        return Err(Refusal::Error(StatusCode::UNAUTHORIZED, "invalid_session"));
     };
-    if !store.make_room(now, Kind::Token) {
-        return Err(Refusal::Error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_tokens",
-        ));
+    if session.tokens_issued >= MAX_TOKENS_PER_SESSION {
+        return Err(Refusal::Error(StatusCode::FORBIDDEN, "too_many_tokens"));
     }
-    // Derived and stored under the lock that counts it, so that a logout deriving this
-    // session's tokens either sees it stored or sees the count without it.
+    let (user_id, index) = (session.user_id, session.tokens_issued);
+    let lifetime = lifetime.min(session.expires - now);
+    // Derived and stored under the lock that counts it, so that two requests of one session
+    // never derive the same index.
     let token = api.inner.token_key.token(session_id, index);
     let unix_now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
-    let issued = IssuedToken {
-        user_id,
-        expires: now + lifetime,
-        exp: (unix_now + lifetime).as_secs(),
-        sid,
-    };
-    store.tokens.insert(sha256(&token), issued);
-    if let Some(session) = store.sessions.get_mut(&session_key) {
-        session.tokens_issued += 1;
-    }
+    let exp = (unix_now + lifetime).as_secs();
+    store.issue(&session_key, sha256(&token), (now, now + lifetime), exp);
     Ok((user_id, token, lifetime))
 }
 
@@ -168,22 +146,11 @@ pub(super) async fn user(State(api): State<ReferenceApi>, headers: HeaderMap) ->
     let now = Instant::now();
     let found = {
         let mut store = api.store();
-        match store.tokens.get(&key) {
-            Some(issued) if issued.expires > now => {
-                let name = store
-                    .names
-                    .get(&issued.user_id)
-                    .cloned()
-                    .unwrap_or_default();
-                let sid = issued.sid.clone();
-                Some((issued.user_id, name, issued.exp, sid, issued.expires - now))
-            }
-            Some(_) => {
-                store.tokens.remove(&key);
-                None
-            }
-            None => None,
-        }
+        let live =
+            (store.token(&key, now)).map(|t| (t.user_id, t.exp, t.sid.clone(), t.expires - now));
+        live.map(|(user_id, exp, sid, remaining)| {
+            (user_id, store.name(user_id), exp, sid, remaining)
+        })
     };
     let Some((user_id, name, exp, sid, remaining)) = found else {
         tracing::debug!("user refused: unknown or expired token");
@@ -219,46 +186,17 @@ pub(super) async fn logout(State(api): State<ReferenceApi>, headers: HeaderMap) 
     (StatusCode::NO_CONTENT, [(header::SET_COOKIE, clear)]).into_response()
 }
 
-/// A session that [`end_session`] ended.
-struct Ended {
-    user_id: i64,
-    sid: Arc<str>,
-    /// Its tokens that were still live.
-    live_tokens: usize,
-}
-
-/// Removes the session `session_id` and its tokens; `None` when there is no such session.
-///
-/// The tokens are derived outside the store's lock (HMACs, up to [`MAX_TOKENS_PER_SESSION`]), then removed
-/// under it together with the session; one issued meanwhile is derived there.
+/// Ends the session `session_id` and removes its tokens; `None` when there is no such session.
 fn end_session(api: &ReferenceApi, session_id: &str) -> Option<Ended> {
-    let key = sha256(session_id);
-    let issued = api.store().sessions.get(&key).map(|s| s.tokens_issued)?;
-    let token_key = &api.inner.token_key;
-    let mut tokens: Vec<String> = (0..issued)
-        .map(|i| token_key.token(session_id, i))
-        .collect();
-    let now = Instant::now();
-    let mut store = api.store();
-    let session = store.sessions.remove(&key)?;
-    tokens.extend((issued..session.tokens_issued).map(|i| token_key.token(session_id, i)));
-    tokens.retain(|token| {
-        store
-            .tokens
-            .remove(&sha256(token))
-            .is_some_and(|issued| issued.expires > now)
-    });
-    drop(store);
+    let ended = api
+        .store()
+        .end_session(&sha256(session_id), Instant::now())?;
     tracing::debug!(
-        user_id = session.user_id,
-        live_tokens = tokens.len(),
+        user_id = ended.user_id,
+        live_tokens = ended.live_tokens,
         "logged out"
     );
-    Some(Ended {
-        user_id: session.user_id,
-        sid: session.sid,
-        live_tokens: tokens.len(),
-    })
+    Some(ended)
 }
 
 /// The `session` cookie's value, if the request has a non-empty one.

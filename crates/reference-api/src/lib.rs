@@ -11,10 +11,12 @@
 //!
 //! # Layout
 //!
-//! - `config`: [`ApiConfig`], [`ApiUser`], [`AdminSecret`], [`LoginLimits`], [`ApiConfigError`].
-//! - `store`: users, sessions, tokens and bans in memory; how tokens are derived and secrets
-//!   kept.
-//! - `login`: `POST /api/login`, and the bounded pool of password checks.
+//! - `config`: [`ApiConfig`], [`ApiUser`], [`AdminSecret`], [`LoginLimits`], [`SessionLimits`],
+//!   [`TrustedProxies`], [`ApiConfigError`].
+//! - `store`: users, sessions, tokens and bans in memory, capped and expired through an index;
+//!   how tokens are derived and secrets kept.
+//! - `login`: `POST /api/login`, the budgets of device-id logins, and the bounded pool of
+//!   password checks.
 //! - `throttle`: failed logins per username and per client address.
 //! - `handlers`: `POST /api/access_token`, `/api/user`, `/api/logout`; the shared answers.
 //! - `admin`: `POST /api/admin/ban` and `/api/admin/unban`, `GET /api/admin/notifications`.
@@ -60,7 +62,7 @@ mod serve;
 mod store;
 mod throttle;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,15 +75,16 @@ use axum::Router;
 
 pub use self::config::{
     demo_users, AdminSecret, AdminSecretError, ApiConfig, ApiConfigError, ApiUser, LoginLimits,
+    SessionLimits, TrustedProxies,
 };
 use self::handlers::{access_token, logout, user};
-use self::login::{login, Verifier};
+use self::login::{login, DeviceLogins, Verifier};
 use self::notify::Notifier;
 pub use self::notify::PendingNotifications;
 use self::serve::ConnectionCounts;
 pub use self::serve::ServeLimits;
-pub use self::store::MAX_TOKENS_PER_SESSION;
 use self::store::{hash_password, random_secret, Account, Store, TokenKey};
+pub use self::store::{Held, MAX_TOKENS_PER_SESSION};
 use self::throttle::Throttle;
 use token_resolver_listener::ServerTask;
 
@@ -115,6 +118,10 @@ struct Inner {
     verifier: Verifier,
     /// Failed logins per username and client address.
     throttle: Throttle,
+    /// Device-id logins per client address and device id.
+    device_logins: DeviceLogins,
+    /// The proxies whose forwarding headers name the client address.
+    trusted_proxies: TrustedProxies,
     /// The key access tokens are derived under.
     token_key: TokenKey,
     /// The bearer of the admin endpoints; `None`: they answer 404.
@@ -183,7 +190,6 @@ impl ReferenceApi {
         }
         let dummy_hash = hash_password(&random_secret())
             .map_err(|message| ApiConfigError::Hash { id: 0, message })?;
-        let next_guest_id = names.keys().max().map_or(1, |max| max.saturating_add(1));
         let games: Vec<String> = (config.play_game_urls.iter())
             .map(|game| config::play_game_url(game))
             .collect::<Result<_, _>>()?;
@@ -204,15 +210,9 @@ impl ReferenceApi {
                 notifier,
                 user_requests: AtomicU64::new(0),
                 user_latency_nanos: AtomicU64::new(0),
-                state: Mutex::new(Store {
-                    names,
-                    guests: HashMap::new(),
-                    next_guest_id,
-                    sessions: HashMap::new(),
-                    tokens: HashMap::new(),
-                    banned: HashSet::new(),
-                    issued: 0,
-                }),
+                device_logins: DeviceLogins::new(&config.session_limits),
+                trusted_proxies: config.trusted_proxies,
+                state: Mutex::new(Store::new(names, config.session_limits)),
                 page,
             }),
         })
@@ -239,6 +239,11 @@ impl ReferenceApi {
             .route("/play.css", get(play::style))
             .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
             .with_state(self.clone())
+    }
+
+    /// The sessions, access tokens and guests held now: what the [`SessionLimits`] bound.
+    pub fn held(&self) -> Held {
+        self.store().held()
     }
 
     /// How many requests `POST /api/user` has received, whatever their outcome. Tests use it to

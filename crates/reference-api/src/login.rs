@@ -1,8 +1,11 @@
 //! `POST /api/login`: a password login (throttled per username and client address, then
-//! checked by argon2 in a bounded pool) or a device-id login (a guest), then a session for a
-//! user who is not banned.
+//! checked by argon2 in a bounded pool) or a device-id login (a guest; throttled per client
+//! address and per device id), then a session for a user who is not banned.
 //!
-//! It does not own the throttle's bookkeeping (`throttle`) nor the sessions' store (`store`).
+//! The client address is the TCP peer's, or what the operator's trusted proxies forwarded
+//! ([`TrustedProxies`](token_resolver_listener::TrustedProxies)); never a header a client
+//! wrote. It does not own the throttle's bookkeeping (`throttle`) nor the sessions' store and
+//! caps (`store`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -12,21 +15,22 @@ use std::time::{Duration, Instant};
 use argon2::{Argon2, PasswordHash, PasswordVerifier};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{ConnectInfo, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::json;
+use token_resolver_listener::Budget;
 use tokio::sync::{Semaphore, TryAcquireError};
 
+use super::config::SessionLimits;
 use super::handlers::{error, json_rejection, no_store, retry_after};
-use super::store::{random_secret, sha256, Kind, Session};
+use super::store::{random_secret, sha256, Digest32, Opener};
+use super::throttle::address_key;
 use super::ReferenceApi;
 
 /// How long a session (the login cookie) stays valid.
 pub(super) const SESSION_TTL: Duration = Duration::from_secs(24 * 60 * 60);
-/// Most guest users that device-id logins may create.
-const MAX_GUESTS: usize = 10_000;
 /// The wait asked of a login refused because the password checks are all busy.
 const BUSY_RETRY: Duration = Duration::from_secs(1);
 
@@ -42,25 +46,28 @@ pub(super) struct LoginBody {
 }
 
 /// `POST /api/login`. The client's address comes from the connection (when the server was
-/// started with it, as [`ReferenceApi::spawn`] does), never from a header such as
-/// `X-Forwarded-For`, which the client writes.
+/// started with it, as [`ReferenceApi::spawn`] does), or from `X-Forwarded-For`/`Forwarded`
+/// when the connection is from a trusted proxy.
 pub(super) async fn login(
     State(api): State<ReferenceApi>,
     connection: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
     body: Result<Json<LoginBody>, JsonRejection>,
 ) -> Response {
     let body = match body {
         Ok(Json(body)) => body,
         Err(rejection) => return json_rejection(&rejection),
     };
-    let address = connection.map(|Extension(ConnectInfo(peer))| peer.ip());
-    let user_id = match body {
+    let address = connection.map(|Extension(ConnectInfo(peer))| {
+        address_key(api.inner.trusted_proxies.client_address(peer, &headers))
+    });
+    let who = match body {
         LoginBody {
             username: Some(username),
             password: Some(password),
             device_id: None,
         } => match password_login(&api, address, &username, password).await {
-            Ok(id) => id,
+            Ok(id) => Who::Password(id),
             Err(response) => return response,
         },
         LoginBody {
@@ -71,43 +78,65 @@ pub(super) async fn login(
             if !valid_device_id(&device_id) {
                 return error(StatusCode::BAD_REQUEST, "invalid_request");
             }
-            match guest_login(&api, &device_id) {
-                Some(id) => id,
-                None => {
-                    tracing::debug!("guest login refused: too many users");
-                    return error(StatusCode::SERVICE_UNAVAILABLE, "too_many_users");
-                }
+            let device = sha256(&device_id);
+            if let Err(wait) = admit_device(&api, address, device) {
+                tracing::debug!("guest login refused: throttled");
+                return retry_after(StatusCode::TOO_MANY_REQUESTS, "too_many_attempts", wait);
             }
+            Who::Guest(device, address)
         }
         _ => return error(StatusCode::BAD_REQUEST, "invalid_request"),
     };
-    start_session(&api, user_id)
+    start_session(&api, who)
 }
 
-/// Opens a session for `user_id` unless the user is banned, and answers with its cookie.
-fn start_session(api: &ReferenceApi, user_id: i64) -> Response {
+/// Who logs in: a password user by id, or a device (the SHA-256 of its id) from an address.
+enum Who {
+    Password(i64),
+    Guest(Digest32, Option<IpAddr>),
+}
+
+/// Spends one device-id login of `address` and of `device`; the wait when either has spent its
+/// budget.
+fn admit_device(
+    api: &ReferenceApi,
+    address: Option<IpAddr>,
+    device: Digest32,
+) -> Result<(), Duration> {
+    if let Some(address) = address {
+        api.inner.device_logins.per_address.spend(address)?;
+    }
+    api.inner.device_logins.per_device.spend(device)
+}
+
+/// Opens a session for `who` (creating a device's guest on first sight) unless the user is
+/// banned, and answers with its cookie. Every cap makes room by ending older sessions, so a
+/// login is never refused for want of room.
+fn start_session(api: &ReferenceApi, who: Who) -> Response {
     let session_id = random_secret();
-    let name = {
+    let sid = api.inner.token_key.public_session_id(&session_id);
+    let (user_id, name) = {
         let mut store = api.store();
+        let now = Instant::now();
+        let (user_id, opener) = match who {
+            Who::Password(id) => (id, Opener::Password),
+            Who::Guest(device, address) => match store.guest(device, now) {
+                Some(id) => (id, Opener::Guest(address)),
+                None => {
+                    drop(store);
+                    tracing::debug!("guest login refused: guest ids ran out");
+                    return error(StatusCode::SERVICE_UNAVAILABLE, "too_many_users");
+                }
+            },
+        };
         if store.banned.contains(&user_id) {
             drop(store);
             tracing::debug!(user_id, "login refused: banned");
             return error(StatusCode::FORBIDDEN, "banned");
         }
-        let now = Instant::now();
-        if !store.make_room(now, Kind::Session) {
-            drop(store);
-            tracing::debug!("login refused: too many sessions");
-            return error(StatusCode::SERVICE_UNAVAILABLE, "too_many_sessions");
-        }
-        let session = Session {
-            user_id,
-            expires: now + SESSION_TTL,
-            tokens_issued: 0,
-            sid: api.inner.token_key.public_session_id(&session_id),
-        };
-        store.sessions.insert(sha256(&session_id), session);
-        store.names.get(&user_id).cloned().unwrap_or_default()
+        let key = sha256(&session_id);
+        store.open_session(key, user_id, sid, opener, (now, now + SESSION_TTL));
+        (user_id, store.name(user_id))
     };
     tracing::debug!(user_id, "login succeeded");
     let cookie = format!(
@@ -163,6 +192,25 @@ async fn password_login(
             attempt.failed();
             tracing::debug!("login refused: invalid credentials");
             Err(error(StatusCode::UNAUTHORIZED, "invalid_credentials"))
+        }
+    }
+}
+
+/// The budgets of device-id logins: per client address and per device id.
+pub(super) struct DeviceLogins {
+    /// Per client address (an IPv6 /64).
+    pub(super) per_address: Budget<IpAddr>,
+    /// Per SHA-256 of the device id.
+    pub(super) per_device: Budget<Digest32>,
+}
+
+impl DeviceLogins {
+    /// The budgets `limits` sets.
+    pub(super) fn new(limits: &SessionLimits) -> Self {
+        let window = limits.device_login_window;
+        DeviceLogins {
+            per_address: Budget::new(limits.device_logins_per_address, window),
+            per_device: Budget::new(limits.device_logins_per_device, window),
         }
     }
 }
@@ -235,25 +283,6 @@ impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-/// Logs a device in as its guest, creating the guest on first sight. `None`: no more guests
-/// can be created.
-fn guest_login(api: &ReferenceApi, device_id: &str) -> Option<i64> {
-    let key = sha256(device_id);
-    let mut store = api.store();
-    if let Some(&id) = store.guests.get(&key) {
-        return Some(id);
-    }
-    if store.guests.len() >= MAX_GUESTS {
-        return None;
-    }
-    let id = store.next_guest_id;
-    store.next_guest_id = id.checked_add(1)?;
-    store.guests.insert(key, id);
-    store.names.insert(id, format!("Guest-{id}"));
-    tracing::debug!(user_id = id, "guest user created");
-    Some(id)
 }
 
 /// A device id is 1 to 128 printable ASCII characters.

@@ -1,21 +1,25 @@
 //! The reference API's memory: password accounts, and the users, guests, banned users,
-//! sessions and access tokens that change while it serves, each capped and swept; and how
-//! secrets are made and kept (random, then only their SHA-256 or argon2 hash).
+//! sessions and access tokens that change while it serves, each capped ([`SessionLimits`])
+//! and expired through an index; and how secrets are made and kept (random, then only their
+//! SHA-256 or argon2 hash).
+//!
+//! Everything that expires is also kept in order of expiry, so that expiring it takes a
+//! bounded slice of work per issuance ([`SWEEP_SLICE`]), never a scan of the maps under the lock
+//! that `/api/user` needs; every cap makes room by ending the oldest (or the first to expire)
+//! of its kind, and a session's end takes its tokens with it.
 //!
 //! Access tokens are derived, not drawn: the `i`-th token of a session is
 //! `base64url(HMAC-SHA256(key, "access-token" ‖ session id ‖ i))` under a random key that
-//! lives only in this process's memory ([`TokenKey`]). The session keeps only how many it
-//! issued, and the token store only their hashes; at logout the client presents the session
-//! id (its cookie) and the API derives that session's tokens again to name them to the game
-//! servers. Without the session id (never stored) the hashes lead nowhere, and without the key
-//! no one can compute a token.
+//! lives only in this process's memory ([`TokenKey`]). Only their hashes are stored, each
+//! session keeping its own; without the key no one can compute a token.
 //!
 //! Each session also has a public id, its `sid`: `base64url(HMAC-SHA256(key, "session-public"
 //! ‖ session id))` cut to 128 bits. `/api/user` answers it with each of the session's tokens,
 //! and a logout names it to the game servers, which end every session whose token had it: one
 //! notice per logout however many tokens the session took. It says nothing of the session id.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,20 +32,21 @@ use rand::rngs::OsRng;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-/// Most live sessions at once: device-id logins are cheap, so they must not grow memory freely.
-const MAX_SESSIONS: usize = 100_000;
-/// Most live access tokens at once.
-const MAX_TOKENS: usize = 1_000_000;
-/// Most tokens one session issues; then it must log in again. Logout derives them all again,
-/// so this bounds its work (a few milliseconds at the cap, outside the lock).
+use super::config::SessionLimits;
+
+/// Most tokens one session issues; then it must log in again. This bounds the hashes a session
+/// keeps, and what its logout removes.
 pub const MAX_TOKENS_PER_SESSION: u32 = 4_096;
 /// Most users banned at once.
 pub(super) const MAX_BANNED: usize = 100_000;
-/// Expired sessions and tokens are swept on every this-many-th issuance.
-const SWEEP_EVERY: u64 = 256;
+/// Most expired entries of each kind (tokens, sessions, guests) one sweep removes.
+const SWEEP_SLICE: usize = 64;
 
 /// A SHA-256 digest: how sessions, tokens and device ids are keyed.
-type Digest32 = [u8; 32];
+pub(super) type Digest32 = [u8; 32];
+
+/// Entries in order of expiry: the first is the one to expire, or to end at a cap, first.
+type ExpiryIndex<K> = BTreeSet<(Instant, K)>;
 
 /// A password user's credentials.
 pub(super) struct Account {
@@ -53,20 +58,51 @@ pub(super) struct Account {
 
 /// The mutable part of the API.
 pub(super) struct Store {
+    /// The caps.
+    limits: SessionLimits,
     /// Every user's name by id, password users and guests alike.
-    pub(super) names: HashMap<i64, String>,
-    /// Guest user id by SHA-256 of the device id.
-    pub(super) guests: HashMap<Digest32, i64>,
+    names: HashMap<i64, String>,
+    /// Guests by SHA-256 of their device id.
+    guests: HashMap<Digest32, Guest>,
+    /// Guests' devices by when they are forgotten.
+    guest_expiry: ExpiryIndex<Digest32>,
     /// The id the next guest gets: above every existing id.
-    pub(super) next_guest_id: i64,
+    next_guest_id: i64,
     /// Live sessions by SHA-256 of the session id.
-    pub(super) sessions: HashMap<Digest32, Session>,
+    sessions: HashMap<Digest32, Session>,
+    /// Every session by expiry.
+    session_expiry: ExpiryIndex<Digest32>,
+    /// Guest sessions by expiry (all sessions live as long: oldest first).
+    guest_session_expiry: ExpiryIndex<Digest32>,
+    /// Each user's sessions, oldest first.
+    by_user: HashMap<i64, VecDeque<Digest32>>,
+    /// The guest sessions opened from each client address, oldest first.
+    by_address: HashMap<IpAddr, VecDeque<Digest32>>,
     /// Live access tokens by SHA-256 of the token.
-    pub(super) tokens: HashMap<Digest32, IssuedToken>,
+    tokens: HashMap<Digest32, IssuedToken>,
+    /// Every token by expiry.
+    token_expiry: ExpiryIndex<Digest32>,
+    /// Guest tokens by expiry.
+    guest_token_expiry: ExpiryIndex<Digest32>,
     /// Users who may not log in, and whose tokens were revoked.
     pub(super) banned: HashSet<i64>,
-    /// Sessions and tokens issued so far, to sweep expired ones every [`SWEEP_EVERY`].
-    pub(super) issued: u64,
+}
+
+/// A guest: the user a device id logs in as.
+struct Guest {
+    /// The user's id.
+    id: i64,
+    /// When it is forgotten unless its device logs in again.
+    expires: Instant,
+}
+
+/// Who opens a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Opener {
+    /// A password user.
+    Password,
+    /// A device's guest, from this client address (when known).
+    Guest(Option<IpAddr>),
 }
 
 /// A logged-in session (the `session` cookie).
@@ -79,6 +115,10 @@ pub(super) struct Session {
     pub(super) tokens_issued: u32,
     /// Its public id, the `sid` of its tokens' answers.
     pub(super) sid: Arc<str>,
+    /// Who opened it.
+    opener: Opener,
+    /// The hashes of the tokens it issued, some perhaps expired or ended since.
+    tokens: Vec<Digest32>,
 }
 
 /// An access token issued by `/api/access_token`.
@@ -91,33 +131,297 @@ pub(super) struct IssuedToken {
     pub(super) exp: u64,
     /// The public id of the session that issued it, the `sid` that `/api/user` answers.
     pub(super) sid: Arc<str>,
+    /// Whether a guest's session issued it.
+    guest: bool,
 }
 
-/// Which map [`Store::make_room`] is about to insert into.
-#[derive(Clone, Copy)]
-pub(super) enum Kind {
-    /// `sessions`, capped at [`MAX_SESSIONS`].
-    Session,
-    /// `tokens`, capped at [`MAX_TOKENS`].
-    Token,
+/// What a reference API holds in memory: sessions, access tokens and guests not yet expired or
+/// ended ([`ReferenceApi::held`](super::ReferenceApi::held)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Held {
+    /// Sessions (login cookies).
+    pub sessions: usize,
+    /// Access tokens.
+    pub tokens: usize,
+    /// Guest users (devices).
+    pub guests: usize,
+}
+
+/// A session that [`Store::end_session`] ended.
+pub(super) struct Ended {
+    /// Whose it was.
+    pub(super) user_id: i64,
+    /// Its public id.
+    pub(super) sid: Arc<str>,
+    /// Its tokens that were still live.
+    pub(super) live_tokens: usize,
 }
 
 impl Store {
-    /// Counts one issuance and sweeps expired sessions and tokens every [`SWEEP_EVERY`] of them
-    /// or when the map is full. `false`: the map is full of live entries.
-    pub(super) fn make_room(&mut self, now: Instant, kind: Kind) -> bool {
-        self.issued += 1;
-        let full = match kind {
-            Kind::Session => self.sessions.len() >= MAX_SESSIONS,
-            Kind::Token => self.tokens.len() >= MAX_TOKENS,
-        };
-        if full || self.issued % SWEEP_EVERY == 0 {
-            self.sessions.retain(|_, s| s.expires > now);
-            self.tokens.retain(|_, t| t.expires > now);
+    /// A store of the users in `names` (password users), none logged in.
+    pub(super) fn new(names: HashMap<i64, String>, limits: SessionLimits) -> Self {
+        let next_guest_id = names.keys().max().map_or(1, |max| max.saturating_add(1));
+        Store {
+            limits,
+            names,
+            guests: HashMap::new(),
+            guest_expiry: BTreeSet::new(),
+            next_guest_id,
+            sessions: HashMap::new(),
+            session_expiry: BTreeSet::new(),
+            guest_session_expiry: BTreeSet::new(),
+            by_user: HashMap::new(),
+            by_address: HashMap::new(),
+            tokens: HashMap::new(),
+            token_expiry: BTreeSet::new(),
+            guest_token_expiry: BTreeSet::new(),
+            banned: HashSet::new(),
         }
-        match kind {
-            Kind::Session => self.sessions.len() < MAX_SESSIONS,
-            Kind::Token => self.tokens.len() < MAX_TOKENS,
+    }
+
+    /// The name of user `id` (empty for a user no longer known).
+    pub(super) fn name(&self, id: i64) -> String {
+        self.names.get(&id).cloned().unwrap_or_default()
+    }
+
+    /// What the store holds now.
+    pub(super) fn held(&self) -> Held {
+        Held {
+            sessions: self.sessions.len(),
+            tokens: self.tokens.len(),
+            guests: self.guests.len(),
+        }
+    }
+
+    /// The guest of the device whose id hashes to `device`, created on first sight (ending the
+    /// guest that would be forgotten first at the cap); its lifetime starts again. `None` only
+    /// when guest ids have run out.
+    pub(super) fn guest(&mut self, device: Digest32, now: Instant) -> Option<i64> {
+        self.sweep(now);
+        let expires = now + self.limits.guest_ttl;
+        if let Some(guest) = self.guests.get_mut(&device) {
+            self.guest_expiry.remove(&(guest.expires, device));
+            guest.expires = expires;
+            self.guest_expiry.insert((expires, device));
+            return Some(guest.id);
+        }
+        let id = self.next_guest_id;
+        self.next_guest_id = id.checked_add(1)?;
+        while self.guests.len() >= self.limits.guests {
+            let Some(&(_, oldest)) = self.guest_expiry.first() else {
+                break;
+            };
+            self.forget_guest(oldest);
+        }
+        self.guests.insert(device, Guest { id, expires });
+        self.guest_expiry.insert((expires, device));
+        self.names.insert(id, format!("Guest-{id}"));
+        tracing::debug!(user_id = id, "guest user created");
+        Some(id)
+    }
+
+    /// Opens the session `key` of `user_id` at `now`, to expire at `expires`, ending whichever
+    /// sessions a cap asks to make room.
+    pub(super) fn open_session(
+        &mut self,
+        key: Digest32,
+        user_id: i64,
+        sid: Arc<str>,
+        opener: Opener,
+        (now, expires): (Instant, Instant),
+    ) {
+        self.sweep(now);
+        let per_user = match opener {
+            Opener::Password => self.limits.sessions_per_user,
+            Opener::Guest(_) => self.limits.sessions_per_device,
+        };
+        self.end_oldest(|store| store.by_user.get(&user_id), per_user, now);
+        if let Opener::Guest(address) = opener {
+            if let Some(address) = address {
+                let cap = self.limits.guest_sessions_per_address;
+                self.end_oldest(|store| store.by_address.get(&address), cap, now);
+                self.by_address.entry(address).or_default().push_back(key);
+            }
+            while self.guest_session_expiry.len() >= self.limits.guest_sessions {
+                let Some(&(_, oldest)) = self.guest_session_expiry.first() else {
+                    break;
+                };
+                self.end_session(&oldest, now);
+            }
+            self.guest_session_expiry.insert((expires, key));
+        }
+        self.by_user.entry(user_id).or_default().push_back(key);
+        self.session_expiry.insert((expires, key));
+        let session = Session {
+            user_id,
+            expires,
+            tokens_issued: 0,
+            sid,
+            opener,
+            tokens: Vec::new(),
+        };
+        self.sessions.insert(key, session);
+    }
+
+    /// Ends the oldest sessions of the queue `queue` picks until it holds fewer than `cap`.
+    fn end_oldest(
+        &mut self,
+        queue: impl Fn(&Self) -> Option<&VecDeque<Digest32>>,
+        cap: usize,
+        now: Instant,
+    ) {
+        while let Some(&oldest) = queue(self)
+            .filter(|q| q.len() >= cap)
+            .and_then(|q| q.front())
+        {
+            tracing::debug!("oldest session ended to make room");
+            self.end_session(&oldest, now);
+        }
+    }
+
+    /// The live session `key`; an expired one is ended.
+    pub(super) fn session(&mut self, key: &Digest32, now: Instant) -> Option<&mut Session> {
+        if self.sessions.get(key)?.expires <= now {
+            self.end_session(key, now);
+            return None;
+        }
+        self.sessions.get_mut(key)
+    }
+
+    /// Stores `token` (its hash), the next token of the live session `session`, issued at `now`
+    /// to expire at `expires` (`exp` in Unix seconds), ending the guest token that would expire
+    /// first when guest tokens are at their cap.
+    pub(super) fn issue(
+        &mut self,
+        session: &Digest32,
+        token: Digest32,
+        (now, expires): (Instant, Instant),
+        exp: u64,
+    ) {
+        self.sweep(now);
+        let Some(owner) = self.sessions.get_mut(session) else {
+            return;
+        };
+        owner.tokens_issued += 1;
+        owner.tokens.push(token);
+        let guest = matches!(owner.opener, Opener::Guest(_));
+        let issued = IssuedToken {
+            user_id: owner.user_id,
+            expires,
+            exp,
+            sid: owner.sid.clone(),
+            guest,
+        };
+        if guest {
+            while self.guest_token_expiry.len() >= self.limits.guest_tokens {
+                let Some(&(_, first)) = self.guest_token_expiry.first() else {
+                    break;
+                };
+                self.remove_token(&first);
+            }
+            self.guest_token_expiry.insert((expires, token));
+        }
+        self.token_expiry.insert((expires, token));
+        self.tokens.insert(token, issued);
+    }
+
+    /// The live token `key`; an expired one is removed.
+    pub(super) fn token(&mut self, key: &Digest32, now: Instant) -> Option<&IssuedToken> {
+        if self.tokens.get(key)?.expires <= now {
+            self.remove_token(key);
+            return None;
+        }
+        self.tokens.get(key)
+    }
+
+    /// Removes the token `key`.
+    fn remove_token(&mut self, key: &Digest32) -> Option<IssuedToken> {
+        let token = self.tokens.remove(key)?;
+        self.token_expiry.remove(&(token.expires, *key));
+        if token.guest {
+            self.guest_token_expiry.remove(&(token.expires, *key));
+        }
+        Some(token)
+    }
+
+    /// Ends the session `key` and removes its tokens, counting those still live at `now`.
+    pub(super) fn end_session(&mut self, key: &Digest32, now: Instant) -> Option<Ended> {
+        let session = self.sessions.remove(key)?;
+        self.session_expiry.remove(&(session.expires, *key));
+        forget_in(&mut self.by_user, session.user_id, key);
+        if let Opener::Guest(address) = session.opener {
+            self.guest_session_expiry.remove(&(session.expires, *key));
+            if let Some(address) = address {
+                forget_in(&mut self.by_address, address, key);
+            }
+        }
+        let live_tokens = (session.tokens.iter())
+            .filter_map(|token| self.remove_token(token))
+            .filter(|token| token.expires > now)
+            .count();
+        Some(Ended {
+            user_id: session.user_id,
+            sid: session.sid,
+            live_tokens,
+        })
+    }
+
+    /// Ends every session of `user_id`: how many tokens and sessions went.
+    pub(super) fn end_user(&mut self, user_id: i64) -> (usize, usize) {
+        let sessions = self.by_user.get(&user_id).cloned().unwrap_or_default();
+        let tokens = self.tokens.len();
+        let now = Instant::now();
+        for key in &sessions {
+            self.end_session(key, now);
+        }
+        (tokens - self.tokens.len(), sessions.len())
+    }
+
+    /// Forgets the guest of `device`, its name and its sessions.
+    fn forget_guest(&mut self, device: Digest32) {
+        let Some(guest) = self.guests.remove(&device) else {
+            return;
+        };
+        self.guest_expiry.remove(&(guest.expires, device));
+        self.names.remove(&guest.id);
+        self.end_user(guest.id);
+        tracing::debug!(user_id = guest.id, "guest forgotten");
+    }
+
+    /// Removes up to [`SWEEP_SLICE`] expired tokens, sessions and guests each.
+    fn sweep(&mut self, now: Instant) {
+        for _ in 0..SWEEP_SLICE {
+            match self.token_expiry.first() {
+                Some(&(expires, key)) if expires <= now => self.remove_token(&key),
+                _ => break,
+            };
+        }
+        for _ in 0..SWEEP_SLICE {
+            match self.session_expiry.first() {
+                Some(&(expires, key)) if expires <= now => self.end_session(&key, now),
+                _ => break,
+            };
+        }
+        for _ in 0..SWEEP_SLICE {
+            match self.guest_expiry.first() {
+                Some(&(expires, device)) if expires <= now => self.forget_guest(device),
+                _ => break,
+            };
+        }
+    }
+}
+
+/// Removes `key` from the queue of `owner` in `queues`, and the queue once empty.
+fn forget_in<K: std::hash::Hash + Eq>(
+    queues: &mut HashMap<K, VecDeque<Digest32>>,
+    owner: K,
+    key: &Digest32,
+) {
+    if let Some(queue) = queues.get_mut(&owner) {
+        queue.retain(|k| k != key);
+        if queue.is_empty() {
+            queues.remove(&owner);
         }
     }
 }

@@ -312,7 +312,7 @@ impl<K: Eq + Hash + Copy> Tracker<K> {
 
 /// The key an address is tracked by: IPv4 as it is (an IPv4-mapped IPv6 address as its IPv4),
 /// IPv6 by its /64.
-fn address_key(address: IpAddr) -> IpAddr {
+pub(super) fn address_key(address: IpAddr) -> IpAddr {
     match address {
         IpAddr::V4(_) => address,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

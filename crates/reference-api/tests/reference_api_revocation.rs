@@ -9,7 +9,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 use support::{eventually, json_of, reference_api_with, ApiCalls, RevokeRecorder};
-use token_resolver_reference_api::{AdminSecret, ApiConfig, RunningApi, MAX_TOKENS_PER_SESSION};
+use token_resolver_reference_api::{
+    AdminSecret, ApiConfig, RunningApi, SessionLimits, MAX_TOKENS_PER_SESSION,
+};
 
 const SECRET: &str = "s3cret-admin-token-of-32-bytes!!";
 
@@ -503,9 +505,18 @@ async fn a_game_server_that_is_down_does_not_take_the_notices_of_the_others() {
     // notifications only, and one that is up is told of every logout.
     let down = RevokeRecorder::scripted(|_| (200, Duration::from_secs(120))).await;
     let up = RevokeRecorder::start().await;
-    let running = api_notifying(&[&down, &up]).await;
-    let api = ApiCalls::new(&running.base_url());
     let logouts = 300;
+    let running = reference_api_with(ApiConfig {
+        notify: vec![down.base_url(), up.base_url()],
+        admin_secret: Some(AdminSecret::new(SECRET).unwrap()),
+        session_limits: SessionLimits {
+            device_logins_per_address: logouts as u32,
+            ..SessionLimits::default()
+        },
+        ..ApiConfig::default()
+    })
+    .await;
+    let api = ApiCalls::new(&running.base_url());
     for i in 0..logouts {
         let login = api
             .post_json("/api/login", &json!({ "device_id": format!("device-{i}") }))

@@ -79,6 +79,24 @@ impl ApiCalls {
         .await
     }
 
+    /// `POST /api/login` as the device `device`, with `X-Forwarded-For: {forwarded_for}` if
+    /// given.
+    pub async fn device_login(
+        &self,
+        device: &str,
+        forwarded_for: Option<&str>,
+    ) -> reqwest::Response {
+        let mut request = self
+            .client
+            .post(self.url("/api/login"))
+            .header("content-type", "application/json")
+            .body(serde_json::json!({ "device_id": device }).to_string());
+        if let Some(forwarded_for) = forwarded_for {
+            request = request.header("x-forwarded-for", forwarded_for);
+        }
+        request.send().await.unwrap()
+    }
+
     pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
         self.client
             .post(self.url(path))

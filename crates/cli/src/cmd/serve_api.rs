@@ -1,6 +1,6 @@
 //! `token-resolver serve-api`: the reference integrator web API on a socket until Ctrl-C, over
 //! plain HTTP or, with `--tls-cert` and `--tls-key`, HTTPS; `--latency-ms` adds service time to
-//! `/api/user`.
+//! `/api/user`; `--trusted-proxy` names the proxies whose forwarding headers are believed.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use token_resolver_reference_api::{AdminSecret, ApiConfig, ReferenceApi};
+use token_resolver_reference_api::{
+    AdminSecret, ApiConfig, ReferenceApi, SessionLimits, TrustedProxies,
+};
 
 /// The environment variable holding the admin secret, shared with the game servers.
 const ADMIN_TOKEN_VAR: &str = "TOKEN_RESOLVER_ADMIN_TOKEN";
@@ -53,6 +55,15 @@ pub(crate) struct ServeApiArgs {
     /// Connections one client address may hold open at once; one more is answered 503.
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub(crate) max_connections_per_address: usize,
+    /// A reverse proxy (CIDR network or address; repeatable) whose X-Forwarded-For or
+    /// Forwarded names the client address logins are throttled by. Without one, those headers
+    /// are ignored.
+    #[arg(long = "trusted-proxy", value_name = "CIDR")]
+    pub(crate) trusted_proxies: Vec<String>,
+    /// Sessions one password user may hold; a new login ends the oldest. Raise it to mint
+    /// more than N x 4,096 tokens for one user (`load --api`).
+    #[arg(long, value_name = "N", default_value_t = SessionLimits::default().sessions_per_user)]
+    pub(crate) sessions_per_user: usize,
 }
 
 /// Serves until Ctrl-C; exit 2 on a bad users file, notify target or admin secret.
@@ -142,6 +153,9 @@ fn config(args: &ServeApiArgs) -> Result<ApiConfig, String> {
     config.public_url = args.public_url.clone();
     config.play_game_urls = args.play_game_urls.clone();
     config.serve.max_connections_per_address = args.max_connections_per_address;
+    config.trusted_proxies = TrustedProxies::parse(&args.trusted_proxies)
+        .map_err(|e| format!("--trusted-proxy: {e}"))?;
+    config.session_limits.sessions_per_user = args.sessions_per_user;
     config.validate().map_err(|e| e.to_string())?;
     Ok(config)
 }

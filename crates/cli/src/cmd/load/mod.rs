@@ -52,7 +52,9 @@ use std::time::Duration;
 use clap::Args;
 use token_resolver::{Endpoint, Resolver};
 use token_resolver_player::IntegratorClient;
-use token_resolver_reference_api::{ApiConfig, ReferenceApi, ServeLimits, MAX_TOKENS_PER_SESSION};
+use token_resolver_reference_api::{
+    ApiConfig, ReferenceApi, ServeLimits, SessionLimits, MAX_TOKENS_PER_SESSION,
+};
 
 use self::plan::{stream, Plan};
 use self::progress::Progress;
@@ -395,13 +397,18 @@ async fn mint(base: &str, username: &str, password: &str, n: usize) -> Result<Ve
 }
 
 /// The in-process reference API's configuration for a load run: every client is on loopback,
-/// one address, so the per-address cap is the whole listener's.
+/// one address, so the per-address cap is the whole listener's; and one user mints every
+/// token, over as many sessions as it takes.
 pub(super) fn loopback_api_config() -> ApiConfig {
     let serve = ServeLimits::default();
     ApiConfig {
         serve: ServeLimits {
             max_connections_per_address: serve.max_connections,
             ..serve
+        },
+        session_limits: SessionLimits {
+            sessions_per_user: usize::MAX,
+            ..SessionLimits::default()
         },
         ..ApiConfig::default()
     }
