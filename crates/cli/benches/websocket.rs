@@ -417,6 +417,9 @@ async fn start_game_server(base: &str, max_connections: usize) -> GameServerProc
             "127.0.0.1:0",
             "--max-connections",
             &max,
+            // Every player of the bench comes from 127.0.0.1.
+            "--max-connections-per-address",
+            &max,
             "--idle-timeout",
             "3600",
             "--admin-listen",

@@ -102,6 +102,8 @@ pub(super) async fn spawn(
     let local_addr = listener.local_addr()?;
     let limits = HttpLimits {
         max_connections: config.max_connections.max(1),
+        // Operators and the integrator's notifier, not the public: no per-address share.
+        max_connections_per_address: config.max_connections.max(1),
         header_timeout: config.header_timeout,
         request_timeout: config.request_timeout,
     };

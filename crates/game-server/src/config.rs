@@ -180,6 +180,12 @@ pub struct GameServerConfig {
     /// Connections open at once; one more is answered [`SERVER_BUSY`] and closed.
     /// Default: 1024.
     pub max_connections: usize,
+    /// Sessions one client address (an IPv6 /64) holds open at once, on both transports
+    /// together, and HTTP connections it holds on the WebSocket listener; one more is answered
+    /// [`TOO_MANY_CONNECTIONS`] (a quick 503 before an upgrade) and closed, so that one
+    /// address cannot take every slot. Default: 64 (a household, a LAN party, a small office
+    /// behind one NAT).
+    pub max_connections_per_address: usize,
     /// The host rooms advertise in `search_room` (e.g. a public DNS name when listening on
     /// `0.0.0.0`). Default: `None`, the bound IP address.
     pub advertised_host: Option<String>,
@@ -215,6 +221,7 @@ impl Default for GameServerConfig {
             idle_timeout: Duration::from_secs(60),
             write_timeout: Duration::from_secs(10),
             max_connections: 1024,
+            max_connections_per_address: 64,
             advertised_host: None,
             shutdown_retry_after: Duration::from_secs(1),
             reauth_grace: Duration::from_secs(60),

@@ -127,9 +127,16 @@ impl GameClient {
         let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+        Ok(GameClient::over(stream, addr))
+    }
+
+    /// A client on `stream`, already connected to the game server at `addr` (say, from a
+    /// chosen local address). Each later call waits at most 10 s for its answer.
+    pub fn over(stream: TcpStream, addr: SocketAddr) -> GameClient {
+        let timeout = Duration::from_secs(10);
         let _ = stream.set_nodelay(true);
         let (read, writer) = stream.into_split();
-        Ok(GameClient {
+        GameClient {
             peer: addr,
             reader: BufReader::new(read),
             writer,
@@ -137,7 +144,7 @@ impl GameClient {
             line: Vec::new(),
             reauth: None,
             pending_refreshes: 0,
-        })
+        }
     }
 
     /// Renews an expiring token in place: when the server says `reauth_required`, `renew` is

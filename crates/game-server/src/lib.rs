@@ -20,7 +20,8 @@
 //! "retryable":false}`. The codes are the resolver's ([`ErrorCode::as_str`]) plus the game
 //! server's own: [`ROOM_NOT_FOUND`], [`BAD_REQUEST`], [`RATE_LIMITED`] (an address whose
 //! tokens keep being rejected, answered without a call), [`LINE_TOO_LONG`], [`LOGIN_TIMEOUT`],
-//! [`IDLE_TIMEOUT`] and [`SERVER_BUSY`]; after the last four the server closes the connection.
+//! [`IDLE_TIMEOUT`], [`SERVER_BUSY`] and [`TOO_MANY_CONNECTIONS`]; after the last five the
+//! server closes the connection.
 //!
 //! The server also speaks first once: when it drains (see [`RunningGameServer::drain`]) it
 //! sends `{"type":"shutdown","retry_after_ms":N}` and closes; reconnect after `N` ms.
@@ -43,8 +44,9 @@
 //! - **What a hostile client controls is bounded**: line length (then [`LINE_TOO_LONG`] and
 //!   close), time to log in from accept, which no other message extends (then
 //!   [`LOGIN_TIMEOUT`] and close), time between messages (then [`IDLE_TIMEOUT`] and close),
-//!   time to read an answer (`write_timeout`, then close), concurrent connections
-//!   ([`SERVER_BUSY`] and close), tokens the integrator rejects per address (then
+//!   time to read an answer (`write_timeout`, then close), concurrent connections in all
+//!   ([`SERVER_BUSY`] and close) and per client address on both transports together
+//!   ([`TOO_MANY_CONNECTIONS`] and close), tokens the integrator rejects per address (then
 //!   [`RATE_LIMITED`]).
 //!   Messages of one connection are handled one at a time, so a connection has at most one
 //!   resolution under way.
@@ -99,7 +101,7 @@ pub use self::config::{GameServerConfig, GameServerError, RoomConfig};
 pub use self::game_client::{GameClient, GameClientError, Joined, Push};
 pub use self::protocol::{
     Player, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, LOGIN_TIMEOUT, RATE_LIMITED,
-    REFRESH_MISMATCH, ROOM_NOT_FOUND, SERVER_BUSY, SESSION_EXPIRED,
+    REFRESH_MISMATCH, ROOM_NOT_FOUND, SERVER_BUSY, SESSION_EXPIRED, TOO_MANY_CONNECTIONS,
 };
 use self::state::{normalised, Room, Shared};
 pub use self::websocket::WebSocketConfig;
@@ -143,6 +145,10 @@ impl GameServer {
             ("idle_timeout", config.idle_timeout.is_zero()),
             ("write_timeout", config.write_timeout.is_zero()),
             ("max_connections", config.max_connections == 0),
+            (
+                "max_connections_per_address",
+                config.max_connections_per_address == 0,
+            ),
         ] {
             if zero {
                 return Err(GameServerError::Limit { setting });

@@ -34,12 +34,26 @@ pub const LOGIN_TIMEOUT: &str = "login_timeout";
 pub const RATE_LIMITED: &str = "rate_limited";
 /// Error code: `max_connections` are open; this one is closed at once. Retryable.
 pub const SERVER_BUSY: &str = "server_busy";
+/// Error code: the client's address holds
+/// [`max_connections_per_address`](crate::GameServerConfig::max_connections_per_address)
+/// sessions already; this one is closed at once. Retryable once one of them ends.
+pub const TOO_MANY_CONNECTIONS: &str = "too_many_connections";
 /// Error code: a refresh resolved to another user than the session's; the connection is then
 /// closed.
 pub const REFRESH_MISMATCH: &str = "refresh_mismatch";
 /// Error code: the session's token expired and no refresh came within the grace; the
 /// connection is then closed.
 pub const SESSION_EXPIRED: &str = "session_expired";
+
+/// What a connection refused for want of a place is told, by its code ([`SERVER_BUSY`] or
+/// [`TOO_MANY_CONNECTIONS`]).
+pub(super) fn busy_message(code: &str) -> &'static str {
+    if code == TOO_MANY_CONNECTIONS {
+        "your address holds as many connections as it may; close one or retry later"
+    } else {
+        "too many connections; retry shortly"
+    }
+}
 
 /// The error codes this server may send: its own, then the resolver's.
 fn known_code(code: &str) -> Option<&'static str> {
@@ -51,6 +65,7 @@ fn known_code(code: &str) -> Option<&'static str> {
         LOGIN_TIMEOUT,
         RATE_LIMITED,
         SERVER_BUSY,
+        TOO_MANY_CONNECTIONS,
         REFRESH_MISMATCH,
         SESSION_EXPIRED,
     ]

@@ -12,7 +12,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use tokio::sync::OwnedSemaphorePermit;
 
 use super::handler::{handle, Caller, Reply};
 use super::live::recheck::settle;
@@ -21,7 +20,7 @@ use super::protocol::{
     reauth_required, refusal, revoked, shutdown, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG,
     LOGIN_TIMEOUT, SESSION_EXPIRED,
 };
-use super::state::Shared;
+use super::state::{Place, Shared};
 use super::telemetry::{SESSIONS_OPEN, SESSIONS_TOTAL};
 
 /// What a transport read.
@@ -65,13 +64,13 @@ pub(super) trait Transport: Send {
     fn close(self, how: Close) -> impl Future<Output = ()> + Send;
 }
 
-/// Serves one session on `transport` until it ends, holding `slot` (a place under
-/// `max_connections`) meanwhile.
+/// Serves one session on `transport` until it ends, holding `place` (under `max_connections`
+/// and its address's cap) meanwhile.
 pub(super) async fn serve<T: Transport>(
     mut transport: T,
     shared: Arc<Shared>,
     caller: Caller,
-    slot: OwnedSemaphorePermit,
+    place: Place,
 ) {
     let connection = caller.connection;
     let open = metrics::gauge!(SESSIONS_OPEN, "transport" => T::NAME);
@@ -83,7 +82,7 @@ pub(super) async fn serve<T: Transport>(
     shared.registry.remove(connection);
     shared.leave(connection);
     open.decrement(1.0);
-    drop(slot);
+    drop(place);
     tracing::info!(connection, outcome, "connection closed");
 }
 

@@ -6,14 +6,15 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::config::GameServerConfig;
 use super::live::{Pacer, Registry};
+use super::protocol::{SERVER_BUSY, TOO_MANY_CONNECTIONS};
 use token_resolver::{Endpoint, Identity, Resolver};
-use token_resolver_listener::Budget;
+use token_resolver_listener::{AddressSlot, Budget, PerAddress};
 use token_resolver_player::RoomInfo;
 
 /// A room as the server keeps it.
@@ -63,6 +64,8 @@ pub(super) struct Shared {
     pub(super) next_connection: AtomicU64,
     /// One permit per open session, on any transport: `max_connections` in all.
     pub(super) slots: Arc<Semaphore>,
+    /// Open sessions per client address, on any transport: `max_connections_per_address`.
+    pub(super) per_address: Arc<PerAddress>,
     /// Every session's task, to wait for them while draining.
     pub(super) sessions: TaskTracker,
     /// Fires when the server starts draining: idle sessions say `shutdown` and close, busy
@@ -76,6 +79,13 @@ pub(super) struct Shared {
     pub(super) registry: Arc<Registry>,
     /// The pace of the sessions' re-checks.
     pub(super) rechecks: Pacer,
+}
+
+/// A session's places, held while it is open: one under `max_connections`, one under its
+/// address's `max_connections_per_address`.
+pub(super) struct Place {
+    _server: OwnedSemaphorePermit,
+    _address: Option<AddressSlot>,
 }
 
 impl Shared {
@@ -94,6 +104,7 @@ impl Shared {
             members: Mutex::new(HashMap::new()),
             next_connection: AtomicU64::new(1),
             slots: Arc::new(Semaphore::new(config.max_connections)),
+            per_address: PerAddress::new(config.max_connections_per_address),
             sessions: TaskTracker::new(),
             draining: CancellationToken::new(),
             cut: CancellationToken::new(),
@@ -103,6 +114,21 @@ impl Shared {
             rejections: Budget::new(config.rejection_budget, config.rejection_window),
             config,
         }
+    }
+
+    /// A place for a new session of `peer` (when its address is known), under the address's
+    /// cap and the server's; otherwise the error code that refuses it:
+    /// [`TOO_MANY_CONNECTIONS`] or [`SERVER_BUSY`].
+    pub(super) fn take_place(&self, peer: Option<IpAddr>) -> Result<Place, &'static str> {
+        let address = match peer {
+            Some(peer) => Some(self.per_address.admit(peer).ok_or(TOO_MANY_CONNECTIONS)?),
+            None => None,
+        };
+        let server = (self.slots.clone().try_acquire_owned()).map_err(|_| SERVER_BUSY)?;
+        Ok(Place {
+            _server: server,
+            _address: address,
+        })
     }
 
     /// A number for a new connection, unique on this server, counting from 1.

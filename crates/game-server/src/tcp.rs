@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::Instrument;
 
 use super::handler::Caller;
-use super::protocol::{read_line, refusal, Line, SERVER_BUSY};
+use super::protocol::{busy_message, read_line, refusal, Line};
 use super::session::{self, Close, Incoming, Transport};
 use super::state::Shared;
 use super::telemetry::CONNECTIONS_REFUSED_TOTAL;
@@ -46,18 +46,21 @@ pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut 
 }
 
 /// Starts the session of a new connection, or refuses it with `server_busy` when the server
-/// is full.
+/// is full or `too_many_connections` when its address holds its share.
 fn admit(stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
     let _ = stream.set_nodelay(true);
-    let Ok(slot) = shared.slots.clone().try_acquire_owned() else {
-        tracing::warn!(%peer, "game server full: connection refused");
-        metrics::counter!(CONNECTIONS_REFUSED_TOTAL, "reason" => SERVER_BUSY).increment(1);
-        // A fresh socket's send buffer takes one short line without blocking; if not, the
-        // client loses only the explanation.
-        let mut line = refusal(SERVER_BUSY, "too many connections; retry shortly", true);
-        line.push(b'\n');
-        let _ = stream.try_write(&line);
-        return;
+    let place = match shared.take_place(Some(peer.ip())) {
+        Ok(place) => place,
+        Err(code) => {
+            tracing::warn!(%peer, code, "connection refused");
+            metrics::counter!(CONNECTIONS_REFUSED_TOTAL, "reason" => code).increment(1);
+            // A fresh socket's send buffer takes one short line without blocking; if not,
+            // the client loses only the explanation.
+            let mut line = refusal(code, busy_message(code), true);
+            line.push(b'\n');
+            let _ = stream.try_write(&line);
+            return;
+        }
     };
     let connection = shared.next_connection();
     let caller = Caller {
@@ -68,7 +71,7 @@ fn admit(stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
     let transport = TcpTransport::new(stream, shared.config.max_line_bytes);
     shared
         .sessions
-        .spawn(session::serve(transport, shared.clone(), caller, slot).instrument(span));
+        .spawn(session::serve(transport, shared.clone(), caller, place).instrument(span));
 }
 
 /// A TCP connection carrying one message per line.

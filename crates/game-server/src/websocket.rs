@@ -25,7 +25,7 @@ use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use super::handler::Caller;
-use super::protocol::{refusal, BAD_REQUEST, SERVER_BUSY};
+use super::protocol::{busy_message, refusal, BAD_REQUEST};
 use super::session::{self, Close, Incoming, Transport};
 use super::state::Shared;
 use super::telemetry::CONNECTIONS_REFUSED_TOTAL;
@@ -84,6 +84,7 @@ pub(super) async fn spawn(
     let limits = HttpLimits {
         // Room for every session and for the refusals a full server still explains.
         max_connections: shared.config.max_connections.saturating_add(BUSY_REFUSALS),
+        max_connections_per_address: shared.config.max_connections_per_address,
         header_timeout: config.header_timeout,
         request_timeout: config.header_timeout,
     };
@@ -154,32 +155,35 @@ async fn upgrade(
         .max_frame_size(max_message)
         .read_buffer_size(4 * 1024)
         .write_buffer_size(4 * 1024);
-    let Ok(slot) = shared.slots.clone().try_acquire_owned() else {
-        metrics::counter!(CONNECTIONS_REFUSED_TOTAL, "reason" => SERVER_BUSY).increment(1);
-        // An upgraded socket outlives the HTTP connection's place: bound them apart, so that a
-        // flood of upgrades at a full server costs no more than BUSY_REFUSALS sockets.
-        let Ok(place) = state.refusals.clone().try_acquire_owned() else {
-            return refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                SERVER_BUSY,
-                "too many connections; retry shortly",
-            );
-        };
-        return ws.on_upgrade(|socket| async move {
-            let mut transport = WsTransport { socket };
-            let busy = refusal(SERVER_BUSY, "too many connections; retry shortly", true);
-            let _ = transport.send(busy).await;
-            transport.close(Close::Busy).await;
-            drop(place);
-        });
+    let place = match shared.take_place(peer) {
+        Ok(place) => place,
+        Err(code) => return refuse_busy(ws, &state.refusals, code),
     };
     let connection = shared.next_connection();
     let span = tracing::info_span!("connection", connection, transport = "ws");
     let sessions = shared.sessions.clone();
     ws.on_upgrade(move |socket| {
         let caller = Caller { connection, peer };
-        let session = session::serve(WsTransport { socket }, shared, caller, slot);
+        let session = session::serve(WsTransport { socket }, shared, caller, place);
         sessions.track_future(session.instrument(span))
+    })
+}
+
+/// Refuses an upgrade for want of a place (`code`: `server_busy` or `too_many_connections`)
+/// over the WebSocket itself, or as a plain HTTP 503 past the places for such refusals.
+fn refuse_busy(ws: WebSocketUpgrade, refusals: &Arc<Semaphore>, code: &'static str) -> Response {
+    metrics::counter!(CONNECTIONS_REFUSED_TOTAL, "reason" => code).increment(1);
+    // An upgraded socket outlives the HTTP connection's place: bound them apart, so that a
+    // flood of upgrades at a full server costs no more than BUSY_REFUSALS sockets.
+    let Ok(place) = refusals.clone().try_acquire_owned() else {
+        return refuse(StatusCode::SERVICE_UNAVAILABLE, code, busy_message(code));
+    };
+    ws.on_upgrade(move |socket| async move {
+        let mut transport = WsTransport { socket };
+        let busy = refusal(code, busy_message(code), true);
+        let _ = transport.send(busy).await;
+        transport.close(Close::Busy).await;
+        drop(place);
     })
 }
 

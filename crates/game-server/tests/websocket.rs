@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use support::ws::{ask, close_code, next_json, open};
+use support::ws::{ask, close_code, next_json, open, open_from};
 use support::{
-    eventually, game_server_with, login_and_take_token, reference_api, resolver_for, room,
-    user_answer, Scripted,
+    connect_from, eventually, game_server_with, login_and_take_token, reference_api, resolver_for,
+    room, user_answer, Scripted,
 };
 use token_resolver::Resolver;
 use token_resolver_game_server::{
     GameClient, GameServerConfig, RunningGameServer, WebSocketConfig, RATE_LIMITED,
+    TOO_MANY_CONNECTIONS,
 };
 use token_resolver_player::RoomInfo;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -248,6 +249,93 @@ async fn the_connection_cap_is_shared_by_both_transports() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(admitted.is_some(), "the slot was never freed");
+}
+
+fn loopback(last: u8) -> std::net::IpAddr {
+    std::net::IpAddr::from([127, 0, 0, last])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_past_its_share_is_refused_on_both_transports_and_a_neighbour_gets_in() {
+    // Pins down the per-address cap, counted over both transports: 127.0.0.2 holding a TCP and
+    // a WebSocket session, its share, is told `too_many_connections` (retryable) on either,
+    // while 127.0.0.3 is served; once 127.0.0.2 lets one go it gets in again.
+    let config = GameServerConfig {
+        max_connections_per_address: 2,
+        ..GameServerConfig::default()
+    };
+    let (game, addr) = anonymous(config).await;
+    let crowd = loopback(2);
+    let mut tcp = GameClient::over(
+        connect_from(game.local_addr(), crowd).await,
+        game.local_addr(),
+    );
+    tcp.search_rooms().await.unwrap();
+    let mut ws = open_from(addr, crowd).await.unwrap();
+    assert_eq!(
+        ask(&mut ws, json!({"type": "search_room"})).await["type"],
+        "rooms"
+    );
+
+    let mut refused = open_from(addr, crowd).await.unwrap();
+    let answer = next_json(&mut refused).await;
+    assert_eq!(
+        (answer["error"].clone(), answer["retryable"].clone()),
+        (json!(TOO_MANY_CONNECTIONS), json!(true))
+    );
+    assert_eq!(close_code(&mut refused).await, Some(CloseCode::Again));
+    let mut over_tcp = GameClient::over(
+        connect_from(game.local_addr(), crowd).await,
+        game.local_addr(),
+    );
+    assert_eq!(
+        over_tcp.read_answer().await.unwrap()["error"],
+        TOO_MANY_CONNECTIONS
+    );
+
+    let mut neighbour = open_from(addr, loopback(3)).await.unwrap();
+    assert_eq!(
+        ask(&mut neighbour, json!({"type": "search_room"})).await["type"],
+        "rooms"
+    );
+    drop(tcp);
+    let mut admitted = false;
+    for _ in 0..100 {
+        let mut ws = open_from(addr, crowd).await.unwrap();
+        if ask(&mut ws, json!({"type": "search_room"})).await["type"] == "rooms" {
+            admitted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        admitted,
+        "127.0.0.2 never got in again once it let a session go"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_sockets_from_one_address_take_only_its_share_of_the_websocket_listener() {
+    // 127.0.0.2 opens three sockets that never send a request head, its share: a fourth from
+    // it is answered a quick 503, while 127.0.0.3 upgrades and plays.
+    let config = GameServerConfig {
+        max_connections_per_address: 3,
+        ..GameServerConfig::default()
+    };
+    let (_game, addr) = anonymous(config).await;
+    let mut silent = Vec::new();
+    for _ in 0..3 {
+        silent.push(connect_from(addr, loopback(2)).await);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut fourth = connect_from(addr, loopback(2)).await;
+    let answer = support::read_all(&mut fourth, Duration::from_secs(2)).await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    let mut player = open_from(addr, loopback(3)).await.unwrap();
+    assert_eq!(
+        ask(&mut player, json!({"type": "search_room"})).await["type"],
+        "rooms"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

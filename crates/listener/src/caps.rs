@@ -4,7 +4,8 @@
 //! 503 rather than a reset.
 //!
 //! An address is counted while it has a connection open, and forgotten with its last one: the
-//! map holds at most as many addresses as the listener holds connections.
+//! map holds at most as many addresses as the listener holds connections. Addresses count by
+//! [`address_key`]: an IPv6 client by its /64 (one host often holds a whole /64).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -19,6 +20,22 @@ use tokio::sync::Semaphore;
 const TURNED_AWAY_AT_ONCE: usize = 64;
 /// Longest a connection past a cap is kept to be answered 503.
 const TURN_AWAY_DEADLINE: Duration = Duration::from_secs(1);
+
+/// The key a client address is counted by: IPv4 as it is (an IPv4-mapped IPv6 address as its
+/// IPv4), IPv6 by its /64.
+pub fn address_key(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V4(_) => address,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut segments = v6.segments();
+                segments[4..].fill(0);
+                IpAddr::V6(segments.into())
+            }
+        },
+    }
+}
 
 /// Open connections per client address, each address at most `cap`.
 #[derive(Debug)]
@@ -45,6 +62,7 @@ impl PerAddress {
 
     /// A slot for one more connection of `address`; `None` when it holds `cap` already.
     pub fn admit(self: &Arc<Self>, address: IpAddr) -> Option<AddressSlot> {
+        let address = address_key(address);
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let held = open.entry(address).or_insert(0);
         if *held >= self.cap {
@@ -59,6 +77,7 @@ impl PerAddress {
 
     /// Connections `address` holds now.
     pub fn held(&self, address: IpAddr) -> usize {
+        let address = address_key(address);
         let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         open.get(&address).copied().unwrap_or(0)
     }

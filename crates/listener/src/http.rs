@@ -1,5 +1,6 @@
 //! Serving an axum router on a listener with the bounds a public port needs: a cap on open
-//! connections (one more is answered a quick 503 with `Retry-After` and closed), a deadline for
+//! connections, in all and per client address (one more is answered a quick 503 with
+//! `Retry-After` and closed), a deadline for
 //! each request's head counted from accept (and, on a kept-alive connection, from the end of
 //! the last answer: an idle connection is closed at the same deadline), one for the whole
 //! request, and a graceful stop. HTTP/1.1 only: the admin listener and the WebSocket transport
@@ -26,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tower_service::Service as _;
 
-use crate::caps::TurnAway;
+use crate::caps::{PerAddress, TurnAway};
 use crate::task::Stopped;
 
 /// Longest wait for requests in progress when the listener stops.
@@ -36,6 +37,9 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 pub struct HttpLimits {
     /// Connections open at once; one more is answered 503 with `Retry-After: 1` and closed.
     pub max_connections: usize,
+    /// Connections one client address holds open at once; one more is answered the same
+    /// way. `max_connections` for a private listener.
+    pub max_connections_per_address: usize,
     /// Longest wait for a request's head, from accept or from the end of the last answer;
     /// then the connection closes.
     pub header_timeout: Duration,
@@ -57,6 +61,7 @@ pub async fn serve(
     ));
     let max_connections = limits.max_connections.max(1);
     let slots = Arc::new(Semaphore::new(max_connections));
+    let per_address = PerAddress::new(limits.max_connections_per_address);
     let turn_away = TurnAway::default();
     let (stopping, stop_seen) = watch::channel(false);
     let mut builder = http1::Builder::new();
@@ -75,6 +80,11 @@ pub async fn serve(
                     continue;
                 }
             },
+        };
+        let Some(address_slot) = per_address.admit(peer.ip()) else {
+            tracing::debug!(%peer, "client address at its cap: connection answered 503");
+            turn_away.answer(stream);
+            continue;
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             tracing::debug!(%peer, "HTTP listener full: connection answered 503");
@@ -109,7 +119,7 @@ pub async fn serve(
             if let Err(error) = ended {
                 tracing::debug!(%peer, %error, "HTTP connection ended with an error");
             }
-            drop(slot);
+            drop((slot, address_slot));
         });
     }
     drop(listener);

@@ -25,7 +25,7 @@ pub mod secret;
 pub mod task;
 
 pub use budget::Budget;
-pub use caps::{AddressSlot, PerAddress, TurnAway};
+pub use caps::{address_key, AddressSlot, PerAddress, TurnAway};
 pub use forwarded::{TrustedProxies, TrustedProxyError};
 pub use http::HttpLimits;
 pub use secret::{AdminSecret, AdminSecretError};

@@ -21,6 +21,7 @@ async fn listener(max_connections: usize) -> (SocketAddr, ServerTask) {
     let addr = listener.local_addr().unwrap();
     let limits = HttpLimits {
         max_connections,
+        max_connections_per_address: max_connections,
         header_timeout: HEAD_DEADLINE,
         request_timeout: Duration::from_secs(5),
     };
@@ -124,6 +125,7 @@ async fn a_stop_lets_the_request_in_progress_finish() {
     let addr = listener.local_addr().unwrap();
     let limits = HttpLimits {
         max_connections: 4,
+        max_connections_per_address: 4,
         header_timeout: HEAD_DEADLINE,
         request_timeout: Duration::from_secs(5),
     };

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::config::LoginLimits;
 use super::store::sha256;
+pub(super) use token_resolver_listener::address_key;
 
 /// Keys are swept of forgotten records on every this-many-th new one, or when a map is full.
 const SWEEP_EVERY: u64 = 256;
@@ -307,22 +308,6 @@ impl<K: Eq + Hash + Copy> Tracker<K> {
         if record.pending == 0 && record.failures == 0 {
             self.records.remove(key);
         }
-    }
-}
-
-/// The key an address is tracked by: IPv4 as it is (an IPv4-mapped IPv6 address as its IPv4),
-/// IPv6 by its /64.
-pub(super) fn address_key(address: IpAddr) -> IpAddr {
-    match address {
-        IpAddr::V4(_) => address,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let mut segments = v6.segments();
-                segments[4..].fill(0);
-                IpAddr::V6(segments.into())
-            }
-        },
     }
 }
 

@@ -27,6 +27,18 @@ pub async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
     }
 }
 
+/// A TCP connection to `addr` leaving from `from` (any 127.0.0.0/8 address is loopback on
+/// Linux): how a test plays several client addresses.
+pub async fn connect_from(addr: std::net::SocketAddr, from: std::net::IpAddr) -> TcpStream {
+    let socket = match from {
+        std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .unwrap();
+    socket.bind(std::net::SocketAddr::new(from, 0)).unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
 /// Sends `GET path` on a new connection that asks to be closed, and reads the whole answer
 /// (status line, headers and body) within five seconds.
 pub async fn get_and_close(addr: std::net::SocketAddr, path: &str) -> String {

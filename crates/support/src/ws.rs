@@ -29,6 +29,17 @@ pub async fn open(addr: SocketAddr, suffix: &str, origin: Option<&str>) -> Resul
         .map(|(ws, _)| ws)
 }
 
+/// Opens `ws://addr/ws` from the local address `from` (a 127.0.0.0/8 address: another client
+/// address on loopback).
+pub async fn open_from(addr: SocketAddr, from: std::net::IpAddr) -> Result<Ws, WsError> {
+    let request = format!("ws://{addr}/ws").into_client_request().unwrap();
+    let stream = crate::connect_from(addr, from).await;
+    let plain = tokio_tungstenite::MaybeTlsStream::Plain(stream);
+    tokio_tungstenite::client_async(request, plain)
+        .await
+        .map(|(ws, _)| ws)
+}
+
 /// Sends one message as a text frame and reads the next text frame as JSON.
 pub async fn ask(ws: &mut Ws, message: Value) -> Value {
     ws.send(Message::text(message.to_string())).await.unwrap();

@@ -63,6 +63,10 @@ pub(crate) struct GameServerArgs {
     /// Connections open at once; more are refused with server_busy.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub(crate) max_connections: usize,
+    /// Connections one client address (an IPv6 /64) may hold on the game port and the
+    /// WebSocket listener together; more are refused with too_many_connections.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub(crate) max_connections_per_address: usize,
     /// Seconds from accept to a connect (or join) that resolves; then login_timeout and close.
     /// Messages before it do not extend it.
     #[arg(long, value_name = "SECS", default_value_t = 10)]
@@ -248,6 +252,7 @@ fn server(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<GameServer, 
     let config = GameServerConfig {
         rooms,
         max_connections: args.max_connections,
+        max_connections_per_address: args.max_connections_per_address,
         login_timeout: Duration::from_secs(args.login_timeout),
         rejection_budget: args.rejection_budget,
         rejection_window: Duration::from_secs(args.rejection_window),
