@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
 use token_resolver_player::{RoomInfo, RoomJoinArgs};
-use token_resolver_support::GameServerProcess;
+use token_resolver_support::{raise_file_limit, GameServerProcess};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -386,23 +386,6 @@ fn rss_bytes(pid: u32) -> u64 {
         .and_then(|v| v.parse().ok())
         .expect("VmRSS");
     kib * 1024
-}
-
-/// Raises this process's file limit to its hard limit; children inherit it.
-fn raise_file_limit() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
-        }
-    }
-    limit.rlim_cur
 }
 
 /// Starts a game server resolving at `base`, listening on TCP and WebSocket.

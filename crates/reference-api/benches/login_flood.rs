@@ -135,7 +135,7 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "{:<28} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>6}",
+        "{:<32} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>6}",
         "row", "user p50", "user p99", "logins/s", "401", "429", "503", "other"
     );
     let idle = probe(&base, &token, Some(IDLE_SAMPLES), None);
@@ -395,7 +395,7 @@ fn print_row(name: &str, latencies: &[Duration], statuses: Option<&Statuses>, le
         None => ("-".to_owned(), ["-", "-", "-", "-"].map(str::to_owned)),
     };
     println!(
-        "{name:<28} {:>9} {:>9} {rate:>9} {:>8} {:>8} {:>8} {:>6}",
+        "{name:<32} {:>9} {:>9} {rate:>9} {:>8} {:>8} {:>8} {:>6}",
         at(0.5),
         at(0.99),
         counts[0],
