@@ -11,7 +11,16 @@ use ::axum::http::HeaderMap;
 use crate::error::ResolveError;
 
 /// The bearer token of `headers`, as the client sent it (possibly empty or malformed, which the
-/// resolver refuses with `token_missing` or `token_malformed`).
+/// resolver refuses with `token_missing` or `token_malformed`): what the extractors read, for
+/// a handler that resolves at an authUrl of its own choosing.
+///
+/// ```
+/// use axum::http::{header::AUTHORIZATION, HeaderMap};
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert(AUTHORIZATION, "Bearer mF_9.B5f-4.1JqM".parse().unwrap());
+/// assert_eq!(token_resolver::axum::bearer_token(&headers).unwrap(), "mF_9.B5f-4.1JqM");
+/// ```
 ///
 /// # Errors
 ///
@@ -20,7 +29,7 @@ use crate::error::ResolveError;
 /// [`ResolveError::TokenMalformed`] when there are two or more `Authorization` headers (which
 /// one the client meant is not ours to guess), when the header holds bytes outside visible
 /// ASCII, or when it is not `scheme [credentials]`.
-pub(crate) fn bearer_token(headers: &HeaderMap) -> Result<&str, ResolveError> {
+pub fn bearer_token(headers: &HeaderMap) -> Result<&str, ResolveError> {
     let mut values = headers.get_all(AUTHORIZATION).iter();
     let Some(value) = values.next() else {
         return Err(ResolveError::TokenMissing);

@@ -84,5 +84,6 @@ mod layer;
 mod rejection;
 
 pub use self::extract::{AuthIdentity, Authenticated};
+pub use self::header::bearer_token;
 pub use self::layer::{AuthFuture, AuthLayer, AuthService};
 pub use self::rejection::AuthRejection;

@@ -22,9 +22,11 @@ use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 
+use super::live::Registry;
 use super::revoke;
 use super::state::Shared;
 use super::telemetry::Metrics;
+use token_resolver::Resolver;
 use token_resolver_listener::http::{self, HttpLimits};
 use token_resolver_listener::AdminSecret;
 use token_resolver_listener::ServerTask;
@@ -84,18 +86,56 @@ impl RunningAdmin {
     }
 }
 
+/// What an admin listener serves for: a server with a resolver and live sessions (this game
+/// server, or the sidecar that keeps sessions for game servers in other languages).
+pub trait AdminNode: Send + Sync + 'static {
+    /// The resolver whose caches `POST /admin/revoke` invalidates.
+    fn resolver(&self) -> &Resolver;
+    /// The live sessions `POST /admin/revoke` ends.
+    fn registry(&self) -> &Registry;
+    /// What keeps the server from taking players now (`/readyz` names each); empty when
+    /// ready. A Redis tier whose channel is not subscribed is added by the listener.
+    fn not_ready(&self) -> Vec<&'static str>;
+}
+
+impl AdminNode for Shared {
+    fn resolver(&self) -> &Resolver {
+        &self.resolver
+    }
+
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// `draining`, `game_listener` (not accepting).
+    fn not_ready(&self) -> Vec<&'static str> {
+        let mut reasons = Vec::new();
+        if self.draining.is_cancelled() {
+            reasons.push("draining");
+        }
+        if !self.is_accepting() {
+            reasons.push("game_listener");
+        }
+        reasons
+    }
+}
+
 /// What the handlers read.
 #[derive(Clone)]
 struct AdminState {
-    shared: Arc<Shared>,
+    node: Arc<dyn AdminNode>,
     metrics: Option<Metrics>,
     revoke_secret: Option<AdminSecret>,
 }
 
-/// Binds `addr` and serves the admin router for the server whose sessions share `shared`.
-pub(super) async fn spawn(
+/// Binds `addr` and serves the admin router for `node`.
+///
+/// # Errors
+///
+/// The I/O error of binding `addr`.
+pub async fn spawn(
     addr: SocketAddr,
-    shared: Arc<Shared>,
+    node: Arc<dyn AdminNode>,
     config: AdminConfig,
 ) -> io::Result<RunningAdmin> {
     let listener = TcpListener::bind(addr).await?;
@@ -108,7 +148,7 @@ pub(super) async fn spawn(
         request_timeout: config.request_timeout,
     };
     let router = router(AdminState {
-        shared,
+        node,
         metrics: config.metrics,
         revoke_secret: config.revoke_secret,
     });
@@ -149,7 +189,7 @@ async fn metrics(State(state): State<AdminState>) -> Response {
 
 /// `POST /admin/revoke`: see `revoke`.
 async fn revoke(State(state): State<AdminState>, headers: HeaderMap, body: Bytes) -> Response {
-    revoke::revoke(&state.shared, state.revoke_secret.as_ref(), &headers, &body).await
+    revoke::revoke(&*state.node, state.revoke_secret.as_ref(), &headers, &body).await
 }
 
 /// `GET /healthz`: 200 while the process serves.
@@ -159,7 +199,7 @@ async fn healthz() -> Response {
 
 /// `GET /readyz`: 200 when the server takes players; otherwise 503 naming what is not ready.
 async fn readyz(State(state): State<AdminState>) -> Response {
-    let not_ready = not_ready(&state.shared);
+    let not_ready = not_ready(&*state.node);
     if not_ready.is_empty() {
         Json(json!({"ready": true})).into_response()
     } else {
@@ -171,17 +211,11 @@ async fn readyz(State(state): State<AdminState>) -> Response {
     }
 }
 
-/// What keeps the server from taking players: `draining`, `game_listener` (not accepting),
+/// What keeps the server from taking players: what the node says, and
 /// `shared_cache_invalidation` (a Redis tier whose channel is not subscribed).
-fn not_ready(shared: &Shared) -> Vec<&'static str> {
-    let mut reasons = Vec::new();
-    if shared.draining.is_cancelled() {
-        reasons.push("draining");
-    }
-    if !shared.is_accepting() {
-        reasons.push("game_listener");
-    }
-    let resolver = &shared.resolver;
+fn not_ready(node: &dyn AdminNode) -> Vec<&'static str> {
+    let mut reasons = node.not_ready();
+    let resolver = node.resolver();
     if resolver.has_shared_cache() && !resolver.shared_cache_subscribed() {
         reasons.push("shared_cache_invalidation");
     }

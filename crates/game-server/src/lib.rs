@@ -95,7 +95,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tokio::net::TcpListener;
 
-pub use self::admin::{AdminConfig, RunningAdmin};
+pub use self::admin::{spawn as spawn_admin, AdminConfig, AdminNode, RunningAdmin};
 use self::config::validate_rooms;
 pub use self::config::{GameServerConfig, GameServerError, RoomConfig};
 pub use self::game_client::{GameClient, GameClientError, Joined, Push};

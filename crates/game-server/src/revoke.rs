@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 
-use super::state::Shared;
+use super::admin::AdminNode;
 use token_resolver::{check_syntax, Endpoint, Revocation};
 use token_resolver_listener::AdminSecret;
 
@@ -60,7 +60,7 @@ enum Revoke {
 
 /// `POST /admin/revoke`.
 pub(super) async fn revoke(
-    shared: &Shared,
+    node: &dyn AdminNode,
     secret: Option<&AdminSecret>,
     headers: &HeaderMap,
     body: &Bytes,
@@ -82,7 +82,7 @@ pub(super) async fn revoke(
         );
         return response;
     }
-    let request = match parse(shared, body) {
+    let request = match parse(node, body) {
         Ok(request) => request,
         Err(message) => {
             return answer(
@@ -91,13 +91,13 @@ pub(super) async fn revoke(
             )
         }
     };
-    let resolver = &shared.resolver;
+    let resolver = node.resolver();
     // The sessions here first, so that the answer counts them; then everywhere else.
     let (scope, closed) = match &request {
         Revoke::Token { endpoint, token } => {
             let fingerprint = resolver.fingerprint(endpoint.as_str(), token);
             let closed = fingerprint.map_or(0, |token| {
-                shared.registry.revoke(&Revocation::Token {
+                node.registry().revoke(&Revocation::Token {
                     endpoint: endpoint.as_str().to_owned(),
                     token,
                 })
@@ -106,7 +106,7 @@ pub(super) async fn revoke(
             ("token", closed)
         }
         Revoke::User { endpoint, user_id } => {
-            let closed = shared.registry.revoke(&Revocation::User {
+            let closed = node.registry().revoke(&Revocation::User {
                 endpoint: endpoint.as_str().to_owned(),
                 user_id: *user_id,
             });
@@ -118,7 +118,7 @@ pub(super) async fn revoke(
             user_id,
             session,
         } => {
-            let closed = shared.registry.revoke(&Revocation::Session {
+            let closed = node.registry().revoke(&Revocation::Session {
                 endpoint: endpoint.as_str().to_owned(),
                 user_id: *user_id,
                 session: session.clone(),
@@ -127,7 +127,7 @@ pub(super) async fn revoke(
             ("session", closed)
         }
         Revoke::All => {
-            let closed = shared.registry.revoke(&Revocation::All);
+            let closed = node.registry().revoke(&Revocation::All);
             resolver.invalidate_all();
             ("all", closed)
         }
@@ -137,7 +137,7 @@ pub(super) async fn revoke(
 }
 
 /// Reads the body; a refusal names the field at fault and never quotes a value.
-fn parse(shared: &Shared, body: &[u8]) -> Result<Revoke, String> {
+fn parse(node: &dyn AdminNode, body: &[u8]) -> Result<Revoke, String> {
     const FIELDS: [&str; 5] = ["user_id", "session", "access_token", "all", "auth_url"];
     let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {
         return Err(
@@ -151,7 +151,7 @@ fn parse(shared: &Shared, body: &[u8]) -> Result<Revoke, String> {
             FIELDS.join(", ")
         ));
     }
-    let endpoint = || endpoint(shared, &fields);
+    let endpoint = || endpoint(node, &fields);
     let session = match fields.get("session") {
         None => None,
         Some(Value::String(session)) if !session.is_empty() && session.len() <= 256 => {
@@ -196,14 +196,14 @@ fn parse(shared: &Shared, body: &[u8]) -> Result<Revoke, String> {
 }
 
 /// The endpoint of the body's `auth_url`, or the server's default.
-fn endpoint(shared: &Shared, fields: &Map<String, Value>) -> Result<Endpoint, String> {
+fn endpoint(node: &dyn AdminNode, fields: &Map<String, Value>) -> Result<Endpoint, String> {
     match fields.get("auth_url") {
         Some(Value::String(url)) => {
             Endpoint::parse(url, true).map_err(|e| format!("auth_url: not a usable authUrl ({e})"))
         }
         Some(_) => Err("auth_url: must be a string".to_owned()),
         None => {
-            shared.resolver.default_endpoint().cloned().ok_or_else(|| {
+            node.resolver().default_endpoint().cloned().ok_or_else(|| {
                 "auth_url: required, as this server has no default authUrl".to_owned()
             })
         }

@@ -1,0 +1,65 @@
+//! `GET|POST /v1/authorize`: forward-auth for a proxy in front of any HTTP API (nginx
+//! `auth_request`, Traefik `forwardAuth`, Envoy's HTTP ext_authz). The bearer token of
+//! `Authorization`, resolved at `X-Auth-Url` (optional; checked against the allowlist) or the
+//! default authUrl: 200 with `X-User-Id` and `X-User-Name` (percent-encoded UTF-8, so that any
+//! name is a valid header value) for the proxy to pass upstream; otherwise the statuses of SPEC
+//! section 10: 401 with `WWW-Authenticate: Bearer error="invalid_token"`, 403, 503 with
+//! `Retry-After`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
+use super::Node;
+use token_resolver::axum::{bearer_token, AuthRejection};
+use token_resolver::ResolveError;
+
+/// What `X-User-Name` leaves as it is: letters, digits and `-._~` (RFC 3986 unreserved).
+const NAME_KEEPS: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `X-User-Id`.
+static USER_ID: HeaderName = HeaderName::from_static("x-user-id");
+/// `X-User-Name`.
+static USER_NAME: HeaderName = HeaderName::from_static("x-user-name");
+
+/// `GET|POST /v1/authorize`.
+pub(crate) async fn authorize(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+    let token = match bearer_token(&headers) {
+        Ok(token) => token,
+        Err(e) => return AuthRejection::from(e).into_response(),
+    };
+    let auth_url = match headers.get("x-auth-url").map(HeaderValue::to_str) {
+        None => "",
+        Some(Ok(url)) => url,
+        Some(Err(_)) => {
+            let e = ResolveError::AuthUrlNotAllowed {
+                reason: "X-Auth-Url holds bytes outside visible ASCII".to_owned(),
+            };
+            return AuthRejection::from(e).into_response();
+        }
+    };
+    let endpoint = match node.endpoint(auth_url) {
+        Ok(endpoint) => endpoint,
+        Err(e) => return AuthRejection::from(e).into_response(),
+    };
+    let user = match node.resolver.resolve(&endpoint, token).await {
+        Ok(user) => user,
+        Err(e) => return AuthRejection::from(e).into_response(),
+    };
+    let name = utf8_percent_encode(&user.name, NAME_KEEPS).to_string();
+    let mut response = StatusCode::OK.into_response();
+    let answer = response.headers_mut();
+    answer.insert(USER_ID.clone(), HeaderValue::from(user.id));
+    if let Ok(name) = HeaderValue::from_str(&name) {
+        answer.insert(USER_NAME.clone(), name);
+    }
+    answer.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}

@@ -1,0 +1,270 @@
+//! The resolver as a local service (SPEC section 15), for game servers written in C++, C#, Go
+//! or Node.js: they call it on loopback over HTTP/JSON instead of embedding the library.
+//!
+//! - `resolve`: `POST /v1/resolve`, a token (and an optional authUrl) to `{user, expires_at}`;
+//!   with a `session`, the game server's connection id, the sidecar keeps the session live.
+//! - `sessions`: the named sessions, each watched by a task of its own (revocations, token
+//!   expiry, re-checks), through the game server's live-session registry; `DELETE
+//!   /v1/sessions/{id}`.
+//! - `events`: what happens to named sessions (`revoked`, `reauth_required`), kept in a bounded
+//!   journal and pushed on `GET /v1/events` as Server-Sent Events; a stream that comes back
+//!   with `Last-Event-ID` is sent what it missed.
+//! - `authorize`: `GET|POST /v1/authorize`, forward-auth for nginx `auth_request`, Traefik
+//!   `forwardAuth` and Envoy's HTTP ext_authz.
+//!
+//! The admin listener (`/metrics`, `/healthz`, `/readyz`, `POST /admin/revoke`) is the game
+//! server's ([`token_resolver_game_server::spawn_admin`]), serving the sidecar through
+//! [`AdminNode`]. The listener is HTTP/1.1 with the bounds of every listener of the project
+//! (`token_resolver_listener::http`). No token is in any answer, event or log line.
+//!
+//! ```no_run
+//! use token_resolver::Resolver;
+//! use token_resolver_sidecar::{Sidecar, SidecarConfig};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let resolver = Resolver::builder().default_auth_url("https://auth.example.com").build()?;
+//! let sidecar = Sidecar::new(resolver, SidecarConfig::default());
+//! let running = sidecar.spawn("127.0.0.1:7360".parse()?).await?;
+//! println!("POST http://{}/v1/resolve", running.local_addr());
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![forbid(unsafe_code)]
+
+mod authorize;
+mod events;
+mod resolve;
+mod sessions;
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{delete, get, post};
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use self::events::Events;
+use self::sessions::Sessions;
+use token_resolver::Resolver;
+use token_resolver_game_server::live::{self, Pacer, Registry};
+use token_resolver_game_server::AdminNode;
+use token_resolver_listener::http::{self, HttpLimits};
+use token_resolver_listener::ServerTask;
+
+/// Longest request body read (a resolve is a token, an authUrl and a session id).
+const MAX_BODY_BYTES: usize = 8 * 1024;
+/// Longest wait for requests in progress when the sidecar stops.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// How a [`Sidecar`] serves.
+#[derive(Debug, Clone)]
+pub struct SidecarConfig {
+    /// Connections open at once (event streams included); one more is answered 503.
+    /// Default: 1024.
+    pub max_connections: usize,
+    /// Longest wait for a request's head, from accept or the last answer. Default: 10 s.
+    pub header_timeout: Duration,
+    /// Longest a request may take before it is answered 408 (an event stream's head is sent
+    /// at once; its events are not bounded by it). Default: 10 s.
+    pub request_timeout: Duration,
+    /// How long a session whose token expired has, after `reauth_required`, to be resolved
+    /// again with a new token; then it is `revoked` (`session_expired`). Default: 60 s.
+    pub reauth_grace: Duration,
+    /// How often each session's tokens are resolved again (through the cache); `None`: only
+    /// when revocations may have been missed. Default: `None`.
+    pub revalidate: Option<Duration>,
+    /// Re-checks begun per second across sessions, at most. Default: 200.
+    pub recheck_rate: u32,
+    /// How long a session whose re-check cannot get an answer stays live; then it is
+    /// `revoked` with the reason. Default: `None`, as long as the outage lasts.
+    pub unverified_grace: Option<Duration>,
+    /// Events the journal keeps for streams that come back. Default: 16,384.
+    pub journal: usize,
+    /// Events a stream may fall behind by before it is dropped (it comes back with
+    /// `Last-Event-ID`). Default: 1,024.
+    pub stream_buffer: usize,
+}
+
+impl Default for SidecarConfig {
+    fn default() -> Self {
+        SidecarConfig {
+            max_connections: 1024,
+            header_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(10),
+            reauth_grace: Duration::from_secs(60),
+            revalidate: None,
+            recheck_rate: 200,
+            unverified_grace: None,
+            journal: 16_384,
+            stream_buffer: 1_024,
+        }
+    }
+}
+
+/// The resolver as a local service: build it with [`Sidecar::new`], serve it with
+/// [`Sidecar::spawn`].
+#[derive(Clone)]
+pub struct Sidecar {
+    node: Arc<Node>,
+}
+
+/// What every request and session task shares.
+struct Node {
+    resolver: Resolver,
+    config: SidecarConfig,
+    registry: Arc<Registry>,
+    sessions: Sessions,
+    events: Events,
+    rechecks: Pacer,
+    /// Fires when the sidecar stops: session tasks end without an event.
+    cut: CancellationToken,
+    /// Fires when the sidecar starts draining: `/readyz` says so.
+    draining: CancellationToken,
+}
+
+impl fmt::Debug for Sidecar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sidecar")
+            .field("sessions", &self.node.sessions.len())
+            .field("config", &self.node.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AdminNode for Node {
+    fn resolver(&self) -> &Resolver {
+        &self.resolver
+    }
+
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    fn not_ready(&self) -> Vec<&'static str> {
+        if self.draining.is_cancelled() {
+            vec!["draining"]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+impl Sidecar {
+    /// A sidecar resolving with `resolver`, which also feeds it the revocations it hears (its
+    /// Redis tier's, and those `/admin/revoke` applies).
+    pub fn new(resolver: Resolver, config: SidecarConfig) -> Sidecar {
+        let node = Arc::new(Node {
+            registry: Arc::default(),
+            sessions: Sessions::default(),
+            events: Events::new(config.journal, config.stream_buffer),
+            rechecks: Pacer::new(config.recheck_rate),
+            cut: CancellationToken::new(),
+            draining: CancellationToken::new(),
+            resolver,
+            config,
+        });
+        let revocations = node.resolver.revocations();
+        tokio::spawn(live::listen(
+            revocations,
+            node.cut.clone(),
+            Arc::downgrade(&node.registry),
+        ));
+        Sidecar { node }
+    }
+
+    /// The routes, for an embedder serving them itself: `POST /v1/resolve`, `GET /v1/events`,
+    /// `DELETE /v1/sessions/{id}`, `GET|POST /v1/authorize`.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/v1/resolve", post(resolve::resolve))
+            .route("/v1/events", get(events::stream))
+            .route("/v1/sessions/{id}", delete(sessions::forget))
+            .route(
+                "/v1/authorize",
+                get(authorize::authorize).post(authorize::authorize),
+            )
+            .fallback(not_found)
+            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .with_state(self.node.clone())
+    }
+
+    /// The node the admin listener serves: give it to
+    /// [`spawn_admin`](token_resolver_game_server::spawn_admin).
+    pub fn admin_node(&self) -> Arc<dyn AdminNode> {
+        self.node.clone()
+    }
+
+    /// Sessions kept now.
+    pub fn sessions(&self) -> usize {
+        self.node.sessions.len()
+    }
+
+    /// Binds `addr` and serves in a tokio task until [`RunningSidecar::shutdown`].
+    ///
+    /// # Errors
+    ///
+    /// The I/O error of binding `addr`.
+    pub async fn spawn(&self, addr: SocketAddr) -> io::Result<RunningSidecar> {
+        let listener = TcpListener::bind(addr).await?;
+        let local_addr = listener.local_addr()?;
+        let config = &self.node.config;
+        let limits = HttpLimits {
+            max_connections: config.max_connections,
+            // A loopback service: its callers are the game servers of this host.
+            max_connections_per_address: config.max_connections,
+            header_timeout: config.header_timeout,
+            request_timeout: config.request_timeout,
+        };
+        let router = self.router();
+        let task = ServerTask::spawn(|stopped| http::serve(listener, router, limits, stopped));
+        tracing::info!(%local_addr, "sidecar listening");
+        Ok(RunningSidecar {
+            local_addr,
+            task,
+            sidecar: self.clone(),
+        })
+    }
+}
+
+/// A sidecar serving in a tokio task.
+#[derive(Debug)]
+pub struct RunningSidecar {
+    local_addr: SocketAddr,
+    task: ServerTask,
+    sidecar: Sidecar,
+}
+
+impl RunningSidecar {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The sidecar it serves.
+    pub fn sidecar(&self) -> &Sidecar {
+        &self.sidecar
+    }
+
+    /// Drains: `/readyz` says `draining`, requests in progress finish (a few seconds at most),
+    /// then the session tasks stop. Event streams end with the listener.
+    pub async fn shutdown(self) {
+        let node = &self.sidecar.node;
+        node.draining.cancel();
+        self.task.shutdown(STOP_GRACE).await;
+        node.cut.cancel();
+    }
+}
+
+/// Anything else: 404 naming the routes.
+async fn not_found() -> axum::response::Response {
+    resolve::error(
+        axum::http::StatusCode::NOT_FOUND,
+        "not_found",
+        "the sidecar serves POST /v1/resolve, GET /v1/events, DELETE /v1/sessions/{id} and GET|POST /v1/authorize",
+    )
+}

@@ -1,0 +1,183 @@
+//! `POST /v1/resolve`: `{"access_token", "auth_url"?, "session"?}` to
+//! `{"user": {"id", "name"}, "expires_at"}`, or `{"error", "message"}` with the statuses of
+//! SPEC section 10 (401 with `WWW-Authenticate`, 403, 502, 503 with `Retry-After`).
+//!
+//! An empty or absent `auth_url` means the default one, as in the seed's `RoomJoinArgs`. With a
+//! `session` (the game server's connection id: 1 to 128 visible ASCII characters) the sidecar
+//! keeps the session live (`sessions`); the same session with a new token is its refresh
+//! (`"refreshed": true`, or 409 `refresh_mismatch` for another user).
+
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::sessions::{self, Kept, Refused};
+use super::Node;
+use token_resolver::axum::AuthRejection;
+use token_resolver::{AccessToken, Endpoint, ResolveError};
+use token_resolver_game_server::live::{Credential, Purpose};
+
+/// Longest session id.
+pub(crate) const MAX_SESSION_BYTES: usize = 128;
+
+/// The body of `POST /v1/resolve`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResolveBody {
+    access_token: String,
+    #[serde(default)]
+    auth_url: Option<String>,
+    #[serde(default)]
+    session: Option<String>,
+}
+
+/// `POST /v1/resolve`.
+pub(crate) async fn resolve(
+    State(node): State<Arc<Node>>,
+    body: Result<Json<ResolveBody>, JsonRejection>,
+) -> Response {
+    let body = match body {
+        Ok(Json(body)) => body,
+        Err(rejection) => return bad_body(&rejection),
+    };
+    if let Some(session) = &body.session {
+        if let Err(message) = check_session(session) {
+            return invalid_field("session", message);
+        }
+    }
+    let auth_url = body.auth_url.as_deref().unwrap_or("");
+    let endpoint = match node.endpoint(auth_url) {
+        Ok(endpoint) => endpoint,
+        Err(e) => return AuthRejection::from(e).into_response(),
+    };
+    let mark = node.registry.mark();
+    let user = match node.resolver.resolve(&endpoint, &body.access_token).await {
+        Ok(user) => user,
+        Err(e) => return AuthRejection::from(e).into_response(),
+    };
+    let mut answer = json!({
+        "user": {"id": user.id, "name": &user.name},
+        "expires_at": user.expires_at.map(|exp| exp.unix_seconds()),
+    });
+    let Some(session) = body.session else {
+        return no_store(Json(answer));
+    };
+    let (Ok(token), Some(fingerprint)) = (
+        AccessToken::new(body.access_token.clone()),
+        node.resolver.fingerprint(&endpoint, &body.access_token),
+    ) else {
+        // The resolver took the token, so it is well formed and the endpoint known.
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the resolved token could not be kept",
+        );
+    };
+    let credential = Credential::new(Purpose::Connect, &endpoint, token, fingerprint, &user);
+    match sessions::keep(&node, &session, credential, mark) {
+        Ok(kept) => {
+            answer["refreshed"] = json!(kept == Kept::Refreshed);
+            no_store(Json(answer))
+        }
+        Err(Refused::Mismatch) => error(
+            StatusCode::CONFLICT,
+            "refresh_mismatch",
+            "the new token belongs to another user than the session's; the session is unchanged",
+        ),
+        Err(Refused::RevokedMeanwhile) => {
+            let mut refused = error(
+                StatusCode::UNAUTHORIZED,
+                "token_rejected",
+                "the token was revoked while it was being resolved; log in again",
+            );
+            refused.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(r#"Bearer error="invalid_token""#),
+            );
+            refused
+        }
+        Err(Refused::Full) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_sessions",
+            "the sidecar keeps as many sessions as it may; end some with DELETE /v1/sessions/{id}",
+        ),
+    }
+}
+
+impl Node {
+    /// The normalised endpoint `auth_url` names (empty: the default one). The allowlist is the
+    /// resolver's to apply, when it resolves.
+    pub(crate) fn endpoint(&self, auth_url: &str) -> Result<String, ResolveError> {
+        if auth_url.is_empty() {
+            return (self.resolver.default_endpoint())
+                .map(|endpoint| endpoint.as_str().to_owned())
+                .ok_or_else(|| ResolveError::AuthUrlNotAllowed {
+                    reason: "no auth_url was given and the sidecar has no default (--auth-url)"
+                        .to_owned(),
+                });
+        }
+        Endpoint::parse(auth_url, true)
+            .map(|endpoint| endpoint.as_str().to_owned())
+            .map_err(|e| ResolveError::AuthUrlNotAllowed {
+                reason: e.to_string(),
+            })
+    }
+}
+
+/// A session id is 1 to [`MAX_SESSION_BYTES`] visible ASCII characters.
+pub(crate) fn check_session(session: &str) -> Result<(), &'static str> {
+    if session.is_empty() || session.len() > MAX_SESSION_BYTES {
+        return Err("must be 1 to 128 bytes");
+    }
+    if !session.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("must be visible ASCII (no spaces or control characters)");
+    }
+    Ok(())
+}
+
+/// The answer to a body axum could not take: 413, 415 or 400, naming what is wrong.
+fn bad_body(rejection: &JsonRejection) -> Response {
+    match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            "the body is larger than the sidecar reads",
+        ),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request",
+            "the body must be JSON (Content-Type: application/json)",
+        ),
+        _ => error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "the body must be {\"access_token\": \"...\", \"auth_url\"?: \"...\", \"session\"?: \"...\"} and nothing else",
+        ),
+    }
+}
+
+/// 400 `invalid_request` naming `field`.
+fn invalid_field(field: &str, message: &str) -> Response {
+    let body = json!({"error": "invalid_request", "field": field, "message": message});
+    (StatusCode::BAD_REQUEST, Json(body)).into_response()
+}
+
+/// `status` with `{"error": code, "message": message}`.
+pub(crate) fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    no_store((status, Json(json!({"error": code, "message": message}))))
+}
+
+/// `body` with `Cache-Control: no-store`.
+fn no_store(body: impl IntoResponse) -> Response {
+    let mut response = body.into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}

@@ -1,0 +1,279 @@
+//! The sessions a game server named when it resolved: each is enrolled in the game server's
+//! live-session [`Registry`](token_resolver_game_server::live::Registry), so that a revocation
+//! finds it through the registry's indexes, and watched by a task of its own that turns what
+//! happens to it into events: a revocation, its token's expiry (then the grace to resolve it
+//! again), a re-check that finds it fallen or cannot get an answer for too long.
+//!
+//! A resolve that names a session already kept is its refresh: the same user replaces the
+//! token (the timers start again from the new expiry); another user is refused and the session
+//! kept as it was. A session whose token was revoked while it was being resolved is not kept.
+//! The sessions are bounded ([`MAX_SESSIONS`]); `DELETE /v1/sessions/{id}` forgets one, with no
+//! event.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+use super::resolve::{check_session, error};
+use super::Node;
+use token_resolver_game_server::live::recheck::settle;
+use token_resolver_game_server::live::{
+    Credential, Due, Holdings, Levers, Mark, Meanwhile, Standing, Timers,
+};
+
+/// Sessions kept at once, at most.
+pub(crate) const MAX_SESSIONS: usize = 100_000;
+
+/// The sessions kept, by the game server's id.
+#[derive(Debug, Default)]
+pub(crate) struct Sessions {
+    by_id: Mutex<HashMap<Arc<str>, Entry>>,
+    /// The registry's number for the next session.
+    next: AtomicU64,
+}
+
+/// One session kept.
+#[derive(Debug)]
+struct Entry {
+    /// Its number in the registry.
+    connection: u64,
+    /// Whose it is.
+    user_id: i64,
+    /// What it holds now.
+    holdings: Holdings,
+    /// Fired by the registry when a revocation names it.
+    kick: CancellationToken,
+    /// Notified when revocations may have been missed.
+    recheck: Arc<Notify>,
+    /// Tells its task what it holds after a refresh.
+    update: watch::Sender<Holdings>,
+    /// Fired when the game server forgets it.
+    forget: CancellationToken,
+}
+
+/// What [`keep`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kept {
+    /// A session not kept before.
+    New,
+    /// The session's token was replaced.
+    Refreshed,
+}
+
+/// Why [`keep`] did not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// The token belongs to another user than the session's.
+    Mismatch,
+    /// A revocation named the token while it was being resolved.
+    RevokedMeanwhile,
+    /// [`MAX_SESSIONS`] are kept.
+    Full,
+}
+
+impl Sessions {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Entry>> {
+        self.by_id.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sessions kept now.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Forgets the session `id` if it is still the one numbered `connection`.
+    fn remove_if(&self, id: &str, connection: u64) {
+        let mut by_id = self.lock();
+        if by_id.get(id).is_some_and(|e| e.connection == connection) {
+            by_id.remove(id);
+        }
+    }
+}
+
+/// Keeps `credential`, resolved since `mark`, for the session `id`: a new session, or the
+/// refresh of one kept.
+pub(crate) fn keep(
+    node: &Arc<Node>,
+    id: &str,
+    credential: Credential,
+    mark: Mark,
+) -> Result<Kept, Refused> {
+    let mut by_id = node.sessions.lock();
+    if let Some(entry) = by_id.get_mut(id) {
+        if !entry.kick.is_cancelled() && !entry.forget.is_cancelled() {
+            if entry.user_id != credential.user_id {
+                return Err(Refused::Mismatch);
+            }
+            let mut holdings = entry.holdings.clone();
+            holdings.hold(credential);
+            match node.registry.update(entry.connection, &holdings, mark) {
+                Meanwhile::Named => {
+                    entry.kick.cancel();
+                    return Err(Refused::RevokedMeanwhile);
+                }
+                Meanwhile::Unknown => entry.recheck.notify_one(),
+                Meanwhile::Nothing => {}
+            }
+            entry.holdings = holdings.clone();
+            entry.update.send_replace(holdings);
+            return Ok(Kept::Refreshed);
+        }
+        // A session that ended and whose task has not yet gone: the id starts afresh.
+        let ended = by_id.remove(id).expect("just found");
+        node.registry.remove(ended.connection);
+    }
+    if by_id.len() >= MAX_SESSIONS {
+        return Err(Refused::Full);
+    }
+    let connection = node.sessions.next.fetch_add(1, Ordering::Relaxed);
+    let levers = node.registry.enrol(connection);
+    let user_id = credential.user_id;
+    let mut holdings = Holdings::default();
+    holdings.hold(credential);
+    match node.registry.update(connection, &holdings, mark) {
+        Meanwhile::Named => {
+            node.registry.remove(connection);
+            return Err(Refused::RevokedMeanwhile);
+        }
+        Meanwhile::Unknown => levers.recheck.notify_one(),
+        Meanwhile::Nothing => {}
+    }
+    let (update, watched) = watch::channel(holdings.clone());
+    let forget = CancellationToken::new();
+    let id: Arc<str> = Arc::from(id);
+    by_id.insert(
+        id.clone(),
+        Entry {
+            connection,
+            user_id,
+            holdings,
+            kick: levers.kick.clone(),
+            recheck: levers.recheck.clone(),
+            update,
+            forget: forget.clone(),
+        },
+    );
+    tokio::spawn(watch_session(
+        node.clone(),
+        id,
+        connection,
+        levers,
+        watched,
+        forget,
+    ));
+    Ok(Kept::New)
+}
+
+/// `DELETE /v1/sessions/{id}`: forgets the session (204 whether or not it was kept).
+pub(crate) async fn forget(State(node): State<Arc<Node>>, Path(id): Path<String>) -> Response {
+    if let Err(message) = check_session(&id) {
+        return error(StatusCode::BAD_REQUEST, "invalid_request", message);
+    }
+    let removed = node.sessions.lock().remove(id.as_str());
+    if let Some(entry) = removed {
+        node.registry.remove(entry.connection);
+        entry.forget.cancel();
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// A check of what a session holds, under way beside its other business.
+type Check<'a> = Pin<Box<dyn Future<Output = Standing> + Send + 'a>>;
+
+/// Starts a check of `holdings`, paced with every other session's.
+fn check<'a>(node: &'a Node, holdings: &Holdings) -> Check<'a> {
+    let holdings = holdings.clone();
+    Box::pin(async move {
+        let grace = node.config.unverified_grace;
+        settle(&node.resolver, &holdings, &node.rechecks, grace).await
+    })
+}
+
+/// Watches one session until it ends: `revoked` (with its reason) when it ends for anything but
+/// the game server forgetting it or the sidecar stopping; `reauth_required` when its token
+/// expires.
+async fn watch_session(
+    node: Arc<Node>,
+    id: Arc<str>,
+    connection: u64,
+    levers: Levers,
+    mut holdings: watch::Receiver<Holdings>,
+    forget: CancellationToken,
+) {
+    let config = &node.config;
+    let mut timers = Timers::new(
+        node.resolver.clock_skew(),
+        config.reauth_grace,
+        config.revalidate,
+    );
+    timers.rearm(&holdings.borrow());
+    let mut checking: Option<Check<'_>> = None;
+    let reason = loop {
+        let next = timers.next();
+        tokio::select! {
+            biased;
+            () = node.cut.cancelled() => break None,
+            () = forget.cancelled() => break None,
+            () = levers.kick.cancelled() => break Some("revoked"),
+            changed = holdings.changed() => {
+                if changed.is_err() {
+                    break None;
+                }
+                let now = holdings.borrow_and_update().clone();
+                timers.rearm(&now);
+                if checking.is_some() {
+                    checking = Some(check(&node, &now));
+                }
+            }
+            () = levers.recheck.notified() => {
+                checking.get_or_insert_with(|| check(&node, &holdings.borrow()));
+            }
+            standing = async { checking.as_mut().expect("checking").await }, if checking.is_some() => {
+                checking = None;
+                match standing {
+                    Standing::Stands => {}
+                    Standing::Falls => break Some("revoked"),
+                    Standing::Unknown(code) => break Some(code.as_str()),
+                }
+            }
+            () = sleep_until(next), if next.is_some() => match timers.due() {
+                Some(Due::Reauth(within)) => node.events.publish(
+                    "reauth_required",
+                    json!({"session": &*id, "within_ms": within.as_millis() as u64}),
+                ),
+                Some(Due::Expired) => break Some("session_expired"),
+                Some(Due::Revalidate) => {
+                    checking.get_or_insert_with(|| check(&node, &holdings.borrow()));
+                }
+                None => {}
+            },
+        }
+    };
+    node.registry.remove(connection);
+    node.sessions.remove_if(&id, connection);
+    if let Some(reason) = reason {
+        let user_id = holdings.borrow().credentials.first().map(|c| c.user_id);
+        tracing::info!(session = %id, reason, "session revoked");
+        node.events.publish(
+            "revoked",
+            json!({"session": &*id, "user_id": user_id, "reason": reason}),
+        );
+    }
+}
+
+/// Sleeps until `at`; `None` never comes (its branch is disabled then).
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,451 @@
+//! The sidecar over real HTTP on loopback, in front of the reference API: resolving, bad input,
+//! forward-auth, and live sessions whose revocations and expiries arrive as Server-Sent Events
+//! (a ban at the reference API reaches the sidecar's admin listener, as it reaches a game
+//! server's).
+
+use token_resolver_support as support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use support::redis::free_port;
+use support::ApiCalls;
+use token_resolver::Resolver;
+use token_resolver_game_server::{spawn_admin, AdminConfig, AdminSecret, RunningAdmin};
+use token_resolver_reference_api::{ApiConfig, ApiUser, RunningApi};
+use token_resolver_sidecar::{RunningSidecar, Sidecar, SidecarConfig};
+
+const SECRET: &str = "sidecar-test-admin-secret-32-bytes";
+
+/// The reference API, telling the sidecar's admin listener of logouts and bans, and the
+/// sidecar resolving at it.
+struct Parties {
+    api: RunningApi,
+    sidecar: RunningSidecar,
+    _admin: RunningAdmin,
+    http: reqwest::Client,
+}
+
+impl Parties {
+    async fn start(config: SidecarConfig, users: Vec<ApiUser>) -> Parties {
+        // The API must know where to notify, and the sidecar where to resolve: the API's port
+        // is chosen first.
+        let api_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let base = format!("http://{api_addr}");
+        let resolver = Resolver::builder()
+            .default_auth_url(&base)
+            .clock_skew(Duration::ZERO)
+            .build()
+            .unwrap();
+        let sidecar = Sidecar::new(resolver, config);
+        let admin = spawn_admin(
+            "127.0.0.1:0".parse().unwrap(),
+            sidecar.admin_node(),
+            AdminConfig {
+                revoke_secret: Some(AdminSecret::new(SECRET).unwrap()),
+                ..AdminConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+        let api = token_resolver_reference_api::ReferenceApi::new(ApiConfig {
+            users,
+            notify: vec![format!("http://{}", admin.local_addr())],
+            admin_secret: Some(AdminSecret::new(SECRET).unwrap()),
+            ..ApiConfig::default()
+        })
+        .unwrap()
+        .spawn(api_addr)
+        .await
+        .unwrap();
+        let sidecar = sidecar.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        Parties {
+            api,
+            sidecar,
+            _admin: admin,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.sidecar.local_addr())
+    }
+
+    /// `POST /v1/resolve` with `body`: the status and the JSON answer.
+    async fn resolve(&self, body: Value) -> (u16, Value) {
+        let response = self
+            .http
+            .post(self.url("/v1/resolve"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap())
+    }
+
+    /// A fresh token of `username` (demo password).
+    async fn token(&self, username: &str) -> String {
+        let password = match username {
+            "alice" => "wonderland",
+            "bob" => "builder",
+            _ => "carolina",
+        };
+        support::login_and_take_token(&self.api.base_url(), username, password).await
+    }
+
+    /// Opens `GET /v1/events`, with `Last-Event-ID` when given.
+    async fn events(&self, last_id: Option<u64>) -> Events {
+        let mut request = self.http.get(self.url("/v1/events"));
+        if let Some(id) = last_id {
+            request = request.header("last-event-id", id.to_string());
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        Events {
+            body: response
+                .bytes_stream()
+                .map(|chunk| chunk.map(|b| b.to_vec()))
+                .boxed(),
+            buffer: String::new(),
+        }
+    }
+
+    /// Bans `user_id` at the reference API, which tells the sidecar.
+    async fn ban(&self, user_id: i64) {
+        let api = ApiCalls::new(&self.api.base_url());
+        let answer = api
+            .admin(
+                "ban",
+                Some(&format!("Bearer {SECRET}")),
+                &json!({"user_id": user_id}).to_string(),
+            )
+            .await;
+        assert_eq!(answer.status(), 200);
+    }
+}
+
+/// One event of the stream: its id, its name, its data.
+#[derive(Debug)]
+struct Received {
+    id: u64,
+    event: String,
+    data: Value,
+}
+
+/// A Server-Sent Events stream being read.
+struct Events {
+    body: futures_util::stream::BoxStream<'static, reqwest::Result<Vec<u8>>>,
+    buffer: String,
+}
+
+impl Events {
+    /// The next event (comments skipped), within five seconds.
+    async fn next(&mut self) -> Received {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Some(end) = self.buffer.find("\n\n") {
+                    let block: String = self.buffer.drain(..end + 2).collect();
+                    let field = |name: &str| {
+                        block
+                            .lines()
+                            .find_map(|l| l.strip_prefix(name))
+                            .map(|v| v.trim_start().to_owned())
+                    };
+                    let Some(data) = field("data:") else { continue };
+                    return Received {
+                        id: field("id:").unwrap().parse().unwrap(),
+                        event: field("event:").unwrap(),
+                        data: serde_json::from_str(&data).unwrap(),
+                    };
+                }
+                let chunk = self.body.next().await.expect("the stream is open").unwrap();
+                self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+            }
+        })
+        .await
+        .expect("an event within 5 s")
+    }
+}
+
+async fn parties() -> Parties {
+    Parties::start(
+        SidecarConfig::default(),
+        token_resolver_reference_api::demo_users(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_resolve_answers_the_user_and_expiry_and_never_the_token() {
+    let parties = parties().await;
+    let token = parties.token("alice").await;
+    let (status, answer) = parties.resolve(json!({"access_token": token})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["user"], json!({"id": 1, "name": "Alice"}));
+    assert!(
+        answer["expires_at"]
+            .as_u64()
+            .is_some_and(|exp| exp > 1_700_000_000),
+        "{answer}"
+    );
+    assert!(!answer.to_string().contains(&token));
+    // The default authUrl spelled out, or empty, is the same.
+    let explicit = json!({"access_token": token, "auth_url": parties.api.base_url() + "/"});
+    assert_eq!(parties.resolve(explicit).await.0, 200);
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_specific_error_and_no_upstream_call() {
+    let parties = parties().await;
+    let calls = || parties.api.api().user_requests();
+    let (status, answer) = parties.resolve(json!({"access_token": "not-issued"})).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (401, Some("token_rejected"))
+    );
+    let before = calls();
+    let cases = [
+        (
+            json!({"access_token": "t", "extra": 1}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"access_token": "t", "session": "x".repeat(129)}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"access_token": "t", "session": "has space"}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"access_token": "t", "auth_url": "https://elsewhere.example"}),
+            403,
+            "auth_url_not_allowed",
+        ),
+        (json!({"access_token": "a b"}), 401, "token_malformed"),
+    ];
+    for (body, status, code) in cases {
+        let (got, answer) = parties.resolve(body.clone()).await;
+        assert_eq!(
+            (got, answer["error"].as_str()),
+            (status, Some(code)),
+            "{body}"
+        );
+    }
+    let too_big = json!({"access_token": "x".repeat(9_000)});
+    assert_eq!(parties.resolve(too_big).await.0, 413);
+    let text = parties
+        .http
+        .post(parties.url("/v1/resolve"))
+        .header("content-type", "text/plain")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(text.status(), 415);
+    assert_eq!(calls(), before, "none of these reached the integrator");
+}
+
+#[tokio::test]
+async fn authorize_answers_the_user_in_headers_for_a_proxy_and_refuses_as_a_bearer_api_does() {
+    let mut users = token_resolver_reference_api::demo_users();
+    users[0].name = "Zoë \"Z\" 🎮".to_owned();
+    let parties = Parties::start(SidecarConfig::default(), users).await;
+    let token = parties.token("alice").await;
+    let authorize = |token: Option<String>, auth_url: Option<&str>| {
+        let mut request = parties.http.get(parties.url("/v1/authorize"));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(url) = auth_url {
+            request = request.header("x-auth-url", url);
+        }
+        request.send()
+    };
+    let ok = authorize(Some(token.clone()), None).await.unwrap();
+    assert_eq!(ok.status(), 200);
+    assert_eq!(ok.headers()["x-user-id"], "1");
+    let name = ok.headers()["x-user-name"].to_str().unwrap();
+    let decoded = percent_decode(name);
+    assert_eq!(decoded, "Zoë \"Z\" 🎮", "{name}");
+
+    let missing = authorize(None, None).await.unwrap();
+    assert_eq!(missing.status(), 401);
+    assert_eq!(missing.headers()["www-authenticate"], "Bearer");
+    let rejected = authorize(Some("not-issued".into()), None).await.unwrap();
+    assert_eq!(rejected.status(), 401);
+    assert_eq!(
+        rejected.headers()["www-authenticate"],
+        r#"Bearer error="invalid_token""#
+    );
+    let elsewhere = authorize(Some(token), Some("https://elsewhere.example"))
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.status(), 403);
+}
+
+/// `%XX` sequences decoded as UTF-8.
+fn percent_decode(text: &str) -> String {
+    let mut bytes = Vec::new();
+    let mut rest = text.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        if b == b'%' {
+            bytes.push(u8::from_str_radix(std::str::from_utf8(&tail[..2]).unwrap(), 16).unwrap());
+            rest = &tail[2..];
+        } else {
+            bytes.push(b);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).unwrap()
+}
+
+#[tokio::test]
+async fn a_ban_reaches_the_named_session_as_a_revoked_event() {
+    let parties = parties().await;
+    let mut events = parties.events(None).await;
+    let alice = parties.token("alice").await;
+    let bob = parties.token("bob").await;
+    for (token, session) in [(&alice, "conn-alice"), (&bob, "conn-bob")] {
+        let (status, answer) = parties
+            .resolve(json!({"access_token": token, "session": session}))
+            .await;
+        assert_eq!(
+            (status, &answer["refreshed"]),
+            (200, &json!(false)),
+            "{answer}"
+        );
+    }
+    assert_eq!(parties.sidecar.sidecar().sessions(), 2);
+    parties.ban(1).await;
+    let revoked = events.next().await;
+    assert_eq!(revoked.event, "revoked");
+    assert_eq!(
+        revoked.data,
+        json!({"type": "revoked", "session": "conn-alice", "user_id": 1, "reason": "revoked"})
+    );
+    support::eventually("alice's session is forgotten", || {
+        parties.sidecar.sidecar().sessions() == 1
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_same_session_with_a_new_token_is_its_refresh_and_another_user_is_refused() {
+    let parties = parties().await;
+    let first = parties.token("alice").await;
+    parties
+        .resolve(json!({"access_token": first, "session": "s"}))
+        .await;
+    let second = parties.token("alice").await;
+    let (status, answer) = parties
+        .resolve(json!({"access_token": second, "session": "s"}))
+        .await;
+    assert_eq!(
+        (status, &answer["refreshed"]),
+        (200, &json!(true)),
+        "{answer}"
+    );
+    let bob = parties.token("bob").await;
+    let (status, answer) = parties
+        .resolve(json!({"access_token": bob, "session": "s"}))
+        .await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (409, Some("refresh_mismatch"))
+    );
+    assert_eq!(parties.sidecar.sidecar().sessions(), 1);
+}
+
+#[tokio::test]
+async fn a_stream_that_comes_back_is_told_what_was_revoked_meanwhile() {
+    let parties = parties().await;
+    let mut events = parties.events(None).await;
+    for (user, session) in [("alice", "a"), ("bob", "b")] {
+        let token = parties.token(user).await;
+        parties
+            .resolve(json!({"access_token": token, "session": session}))
+            .await;
+    }
+    parties.ban(1).await;
+    let first = events.next().await;
+    assert_eq!(first.data["session"], "a");
+    drop(events);
+    parties.ban(2).await;
+    support::eventually("bob's session ended", || {
+        parties.sidecar.sidecar().sessions() == 0
+    })
+    .await;
+    let mut again = parties.events(Some(first.id)).await;
+    let missed = again.next().await;
+    assert_eq!(
+        (missed.event.as_str(), &missed.data["session"]),
+        ("revoked", &json!("b"))
+    );
+    assert!(missed.id > first.id);
+}
+
+#[tokio::test]
+async fn an_expiring_token_asks_for_a_new_one_then_ends_the_session() {
+    let parties = Parties::start(
+        SidecarConfig {
+            reauth_grace: Duration::from_millis(300),
+            ..SidecarConfig::default()
+        },
+        token_resolver_reference_api::demo_users(),
+    )
+    .await;
+    let mut events = parties.events(None).await;
+    let api = ApiCalls::new(&parties.api.base_url());
+    let cookie = api.session("carol", "carolina").await;
+    let short = api
+        .token_raw(&cookie, Some(&json!({"expires_in": 1})))
+        .await;
+    let token = support::json_of(short).await["access_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, _) = parties
+        .resolve(json!({"access_token": token, "session": "c"}))
+        .await;
+    assert_eq!(status, 200);
+    let reauth = events.next().await;
+    assert_eq!(reauth.event, "reauth_required");
+    assert_eq!(
+        reauth.data,
+        json!({"type": "reauth_required", "session": "c", "within_ms": 300})
+    );
+    let ended = events.next().await;
+    assert_eq!(
+        (ended.event.as_str(), &ended.data["reason"]),
+        ("revoked", &json!("session_expired"))
+    );
+}
+
+#[tokio::test]
+async fn a_forgotten_session_is_not_kept_and_its_id_is_checked() {
+    let parties = parties().await;
+    let token = parties.token("alice").await;
+    parties
+        .resolve(json!({"access_token": token, "session": "gone"}))
+        .await;
+    assert_eq!(parties.sidecar.sidecar().sessions(), 1);
+    let delete = |id: &str| {
+        parties
+            .http
+            .delete(parties.url(&format!("/v1/sessions/{id}")))
+            .send()
+    };
+    assert_eq!(delete("gone").await.unwrap().status(), 204);
+    assert_eq!(parties.sidecar.sidecar().sessions(), 0);
+    assert_eq!(delete("gone").await.unwrap().status(), 204, "idempotent");
+    let long = "x".repeat(129);
+    assert_eq!(delete(&long).await.unwrap().status(), 400);
+}
