@@ -29,6 +29,11 @@ static USER_ID: HeaderName = HeaderName::from_static("x-user-id");
 /// `X-User-Name`.
 static USER_NAME: HeaderName = HeaderName::from_static("x-user-name");
 
+/// `name` percent-encoded as UTF-8: a valid header value whatever the name holds.
+pub(crate) fn encoded_name(name: &str) -> String {
+    utf8_percent_encode(name, NAME_KEEPS).to_string()
+}
+
 /// `GET|POST /v1/authorize`.
 pub(crate) async fn authorize(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
     let token = match bearer_token(&headers) {
@@ -53,7 +58,7 @@ pub(crate) async fn authorize(State(node): State<Arc<Node>>, headers: HeaderMap)
         Ok(user) => user,
         Err(e) => return AuthRejection::from(e).into_response(),
     };
-    let name = utf8_percent_encode(&user.name, NAME_KEEPS).to_string();
+    let name = encoded_name(&user.name);
     let mut response = StatusCode::OK.into_response();
     let answer = response.headers_mut();
     answer.insert(USER_ID.clone(), HeaderValue::from(user.id));

@@ -11,6 +11,8 @@
 //!   with `Last-Event-ID` is sent what it missed.
 //! - `authorize`: `GET|POST /v1/authorize`, forward-auth for nginx `auth_request`, Traefik
 //!   `forwardAuth` and Envoy's HTTP ext_authz.
+//! - `grpc`: Envoy's ext_authz over gRPC (`Authorization/Check`), on a listener of its own
+//!   ([`Sidecar::spawn_grpc`]).
 //!
 //! The admin listener (`/metrics`, `/healthz`, `/readyz`, `POST /admin/revoke`) is the game
 //! server's ([`token_resolver_game_server::spawn_admin`]), serving the sidecar through
@@ -33,6 +35,7 @@
 
 mod authorize;
 mod events;
+mod grpc;
 mod resolve;
 mod sessions;
 
@@ -228,6 +231,42 @@ impl Sidecar {
             task,
             sidecar: self.clone(),
         })
+    }
+}
+
+impl Sidecar {
+    /// Binds `addr` and serves Envoy's ext_authz `Authorization/Check` over gRPC (HTTP/2) in a
+    /// tokio task until [`RunningGrpc::shutdown`].
+    ///
+    /// # Errors
+    ///
+    /// The I/O error of binding `addr`.
+    pub async fn spawn_grpc(&self, addr: SocketAddr) -> io::Result<RunningGrpc> {
+        let listener = TcpListener::bind(addr).await?;
+        let local_addr = listener.local_addr()?;
+        let node = self.node.clone();
+        let task = ServerTask::spawn(|stopped| grpc::serve(listener, node, stopped));
+        tracing::info!(%local_addr, "ext_authz gRPC listener listening");
+        Ok(RunningGrpc { local_addr, task })
+    }
+}
+
+/// The ext_authz gRPC listener serving in a tokio task.
+#[derive(Debug)]
+pub struct RunningGrpc {
+    local_addr: SocketAddr,
+    task: ServerTask,
+}
+
+impl RunningGrpc {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting and lets checks in progress finish (a few seconds at most).
+    pub async fn shutdown(self) {
+        self.task.shutdown(STOP_GRACE).await;
     }
 }
 

@@ -1,0 +1,148 @@
+//! Envoy's external authorization over gRPC (`envoy.service.auth.v3.Authorization/Check`), for
+//! Envoy, Istio and Contour: the bearer of the checked request's `authorization` header, the
+//! authUrl of the route's `context_extensions["auth_url"]` (optional; the allowlist applies),
+//! answered OK with `x-user-id` and `x-user-name` (percent-encoded) for Envoy to add upstream,
+//! or DENIED with the HTTP status, `WWW-Authenticate`, `Retry-After` and the JSON body a
+//! bearer API answers (SPEC section 10). The protos are `envoy-types`' (precompiled).
+//!
+//! A request without HTTP attributes is `INVALID_ARGUMENT`; nothing of it is logged.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::IntoResponse;
+use envoy_types::ext_authz::v3::pb::{
+    Authorization, AuthorizationServer, CheckRequest, CheckResponse, HttpStatusCode,
+};
+use envoy_types::ext_authz::v3::{
+    CheckRequestExt, CheckResponseExt, DeniedHttpResponseBuilder, OkHttpResponseBuilder,
+};
+use tokio::net::TcpListener;
+use tonic::{Request, Response, Status};
+
+use super::authorize::encoded_name;
+use super::Node;
+use token_resolver::axum::{bearer_token, AuthRejection};
+use token_resolver::ResolveError;
+use token_resolver_listener::Stopped;
+
+/// Longest a check may take.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Streams one connection may have open at once.
+const MAX_STREAMS: u32 = 256;
+/// How often an idle connection is pinged, and how long the answer may take.
+const KEEPALIVE: Duration = Duration::from_secs(20);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest body of a denial read back from the answer a bearer API gives.
+const MAX_DENIAL_BODY: usize = 4 * 1024;
+
+/// The `Authorization` service over the sidecar's resolver.
+pub(crate) struct Checker {
+    node: Arc<Node>,
+}
+
+/// Serves the `Authorization` service on `listener` until `stopped` fires.
+pub(crate) async fn serve(listener: TcpListener, node: Arc<Node>, mut stopped: Stopped) {
+    let local = listener.local_addr().ok();
+    let served = tonic::transport::Server::builder()
+        .timeout(CHECK_TIMEOUT)
+        .max_concurrent_streams(MAX_STREAMS)
+        .http2_keepalive_interval(Some(KEEPALIVE))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .add_service(AuthorizationServer::new(Checker { node }))
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            async move { stopped.wait().await },
+        )
+        .await;
+    if let Err(error) = served {
+        tracing::warn!(?local, %error, "the gRPC listener stopped with an error");
+    }
+}
+
+#[tonic::async_trait]
+impl Authorization for Checker {
+    async fn check(
+        &self,
+        request: Request<CheckRequest>,
+    ) -> Result<Response<CheckResponse>, Status> {
+        let request = request.into_inner();
+        let Some(headers) = request.get_client_headers() else {
+            return Err(Status::invalid_argument(
+                "the check request carries no HTTP headers (attributes.request.http.headers)",
+            ));
+        };
+        let auth_url = (request.attributes.as_ref())
+            .and_then(|attributes| attributes.context_extensions.get("auth_url"))
+            .map_or("", String::as_str);
+        let answer = match self.resolve(headers.get("authorization"), auth_url).await {
+            Ok(user) => allowed(user.id, &user.name),
+            Err(error) => denied(error).await,
+        };
+        Ok(Response::new(answer))
+    }
+}
+
+impl Checker {
+    /// The user the bearer of `authorization` names at `auth_url` (empty: the default).
+    async fn resolve(
+        &self,
+        authorization: Option<&String>,
+        auth_url: &str,
+    ) -> Result<Arc<token_resolver::User>, ResolveError> {
+        let mut headers = HeaderMap::new();
+        if let Some(value) = authorization {
+            let value = HeaderValue::from_str(value).map_err(|_| ResolveError::TokenMalformed {
+                reason: "the Authorization header holds bytes outside visible ASCII",
+            })?;
+            headers.insert(axum::http::header::AUTHORIZATION, value);
+        }
+        let token = bearer_token(&headers)?;
+        let endpoint = self.node.endpoint(auth_url)?;
+        self.node.resolver.resolve(&endpoint, token).await
+    }
+}
+
+/// OK, with the user's headers for Envoy to add to the request upstream.
+fn allowed(id: i64, name: &str) -> CheckResponse {
+    let mut ok = OkHttpResponseBuilder::new();
+    ok.add_header("x-user-id", id.to_string(), None, false)
+        .add_header("x-user-name", encoded_name(name), None, true);
+    let mut response = CheckResponse::with_status(Status::ok("authorized"));
+    response.set_http_response(ok);
+    response
+}
+
+/// DENIED with what a bearer API answers for `error`: its status, challenge, `Retry-After`
+/// and JSON body.
+async fn denied(error: ResolveError) -> CheckResponse {
+    let rejection = AuthRejection::from(error);
+    let code = rejection.code();
+    let grpc = match rejection.status().as_u16() {
+        401 => Status::unauthenticated(code.as_str()),
+        403 => Status::permission_denied(code.as_str()),
+        _ => Status::unavailable(code.as_str()),
+    };
+    let http = rejection.into_response();
+    let status = HttpStatusCode::try_from(i32::from(http.status().as_u16()))
+        .unwrap_or(HttpStatusCode::Forbidden);
+    let mut denied = DeniedHttpResponseBuilder::new();
+    denied.set_http_status(status);
+    for name in [
+        "www-authenticate",
+        "retry-after",
+        "content-type",
+        "cache-control",
+    ] {
+        if let Some(value) = http.headers().get(name).and_then(|v| v.to_str().ok()) {
+            denied.add_header(name, value, None, false);
+        }
+    }
+    if let Ok(body) = axum::body::to_bytes(http.into_body(), MAX_DENIAL_BODY).await {
+        denied.set_body(String::from_utf8_lossy(&body).into_owned());
+    }
+    let mut response = CheckResponse::with_status(grpc);
+    response.set_http_response(denied);
+    response
+}

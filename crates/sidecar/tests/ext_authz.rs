@@ -1,0 +1,142 @@
+//! The sidecar's ext_authz gRPC service through a real gRPC client (tonic's, built from the
+//! same Envoy protos), in front of the reference API: what Envoy sends, what it gets back.
+
+use token_resolver_support as support;
+
+use std::collections::HashMap;
+
+use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Request};
+use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
+use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
+use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest, CheckResponse};
+use token_resolver::Resolver;
+use token_resolver_sidecar::{RunningGrpc, Sidecar, SidecarConfig};
+use tonic::transport::Channel;
+
+/// A check request as Envoy sends it: the request's headers, and the route's extensions.
+fn check_request(headers: &[(&str, &str)], extensions: &[(&str, &str)]) -> CheckRequest {
+    let owned = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    CheckRequest {
+        attributes: Some(AttributeContext {
+            request: Some(Request {
+                http: Some(HttpRequest {
+                    headers: owned(headers),
+                    ..HttpRequest::default()
+                }),
+                ..Request::default()
+            }),
+            context_extensions: owned(extensions),
+            ..AttributeContext::default()
+        }),
+    }
+}
+
+/// The headers an answer asks Envoy to add (OK) or to send back (DENIED).
+fn headers(answer: &CheckResponse) -> HashMap<String, String> {
+    let options = match answer.http_response.as_ref() {
+        Some(HttpResponse::OkResponse(ok)) => &ok.headers,
+        Some(HttpResponse::DeniedResponse(denied)) => &denied.headers,
+        _ => return HashMap::new(),
+    };
+    options
+        .iter()
+        .filter_map(|o| o.header.as_ref())
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect()
+}
+
+/// The HTTP status a DENIED answer asks Envoy to send.
+fn denied_status(answer: &CheckResponse) -> Option<i32> {
+    match answer.http_response.as_ref() {
+        Some(HttpResponse::DeniedResponse(denied)) => denied.status.as_ref().map(|s| s.code),
+        _ => None,
+    }
+}
+
+async fn client(grpc: &RunningGrpc) -> AuthorizationClient<Channel> {
+    AuthorizationClient::connect(format!("http://{}", grpc.local_addr()))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_check_is_ok_with_the_users_headers_or_denied_as_a_bearer_api_answers() {
+    let api = support::reference_api().await;
+    let base = api.base_url();
+    let token = support::login_and_take_token(&base, "alice", "wonderland").await;
+    let resolver = Resolver::builder().default_auth_url(&base).build().unwrap();
+    let grpc = Sidecar::new(resolver, SidecarConfig::default())
+        .spawn_grpc("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut client = client(&grpc).await;
+    let bearer = format!("Bearer {token}");
+
+    let ok = client
+        .check(check_request(&[("authorization", &bearer)], &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ok.status.as_ref().map(|s| s.code), Some(0), "OK");
+    let added = headers(&ok);
+    assert_eq!(
+        (added["x-user-id"].as_str(), added["x-user-name"].as_str()),
+        ("1", "Alice")
+    );
+
+    // The route names its authUrl: the API's own, then one outside the allowlist.
+    let route = [("auth_url", base.as_str())];
+    let at_route = client
+        .check(check_request(&[("authorization", &bearer)], &route))
+        .await;
+    assert_eq!(at_route.unwrap().into_inner().status.unwrap().code, 0);
+    let elsewhere = [("auth_url", "https://elsewhere.example")];
+    let refused = client
+        .check(check_request(&[("authorization", &bearer)], &elsewhere))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        refused.status.as_ref().map(|s| s.code),
+        Some(tonic::Code::PermissionDenied as i32)
+    );
+    assert_eq!(denied_status(&refused), Some(403));
+
+    let rejected = client
+        .check(check_request(
+            &[("authorization", "Bearer not-issued")],
+            &[],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        rejected.status.as_ref().map(|s| s.code),
+        Some(tonic::Code::Unauthenticated as i32)
+    );
+    assert_eq!(denied_status(&rejected), Some(401));
+    assert_eq!(
+        headers(&rejected)["www-authenticate"],
+        r#"Bearer error="invalid_token""#
+    );
+
+    let missing = client
+        .check(check_request(&[], &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(denied_status(&missing), Some(401));
+    assert_eq!(headers(&missing)["www-authenticate"], "Bearer");
+
+    let empty = client
+        .check(CheckRequest { attributes: None })
+        .await
+        .unwrap_err();
+    assert_eq!(empty.code(), tonic::Code::InvalidArgument);
+    grpc.shutdown().await;
+}
