@@ -16,10 +16,9 @@
 //! (`apt-get install nginx`).
 
 use token_resolver_support::bench as support;
+use token_resolver_support::Nginx;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -79,50 +78,15 @@ impl App {
     }
 }
 
-/// nginx in the foreground with a configuration of its own in a directory of its own; stopped
-/// on drop.
-struct Nginx {
-    child: Child,
-    addr: SocketAddr,
-    dir: PathBuf,
-}
-
-impl Nginx {
-    /// `None` when no `nginx` is installed.
-    fn installed() -> Option<PathBuf> {
-        ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists())
-    }
-
-    fn start(binary: &Path, game: SocketAddr, auth: SocketAddr) -> Nginx {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("nginx-peer-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("cache")).expect("nginx's directory");
-        // The workers run as an unprivileged user when the master is root: let them write.
-        let _ = Command::new("chmod")
-            .args(["-R", "0777"])
-            .arg(&dir)
-            .status();
-        let d = dir.display();
-        let config = format!(
-            r#"worker_processes 2;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
-    proxy_cache_path {d}/cache levels=1:2 keys_zone=auth:10m max_size=100m inactive=10m;
+/// The `http { }` body of the peer: nginx `auth_request` to the integrator's `/api/user` with
+/// `proxy_cache` (a minute per token), in front of the game API at `game`.
+fn peer_config(game: SocketAddr, auth: SocketAddr) -> String {
+    format!(
+        r#"    proxy_cache_path {{dir}}/cache levels=1:2 keys_zone=auth:10m max_size=100m inactive=10m;
     upstream game {{ server {game}; keepalive 64; }}
     upstream integrator {{ server {auth}; keepalive 16; }}
     server {{
-        listen 127.0.0.1:{port};
+        listen {{listen}};
         location / {{
             auth_request /_auth;
             proxy_pass http://game;
@@ -144,46 +108,8 @@ http {{
             proxy_ignore_headers Cache-Control Expires Set-Cookie Vary;
             proxy_cache_lock on;
         }}
-    }}
-}}
-"#
-        );
-        let path = dir.join("nginx.conf");
-        std::fs::write(&path, config).expect("nginx.conf");
-        let child = Command::new(binary)
-            .arg("-p")
-            .arg(&dir)
-            .arg("-c")
-            .arg(&path)
-            .args(["-g", "daemon off;"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("nginx starts");
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < deadline, "nginx did not listen on {addr}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Nginx { child, addr, dir }
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A port nothing listens on now, for nginx.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    }}"#
+    )
 }
 
 /// What one row gave in one round.
@@ -296,7 +222,7 @@ fn main() {
     }
     println!("nginx_peer: one axum route behind nginx auth_request + proxy_cache, and with Authenticated");
     println!();
-    let Some(nginx) = Nginx::installed() else {
+    let Some(nginx) = Nginx::binary() else {
         println!("skipped: nginx is not installed (apt-get install nginx runs this row)");
         return;
     };
@@ -316,7 +242,7 @@ fn main() {
             .with_state(resolver),
     );
     let integrator_addr: SocketAddr = base.trim_start_matches("http://").parse().unwrap();
-    let nginx = Nginx::start(&nginx, behind.addr, integrator_addr);
+    let nginx = Nginx::start(&nginx, 2, &peer_config(behind.addr, integrator_addr));
 
     let client = support::runtime();
     client.block_on(async {

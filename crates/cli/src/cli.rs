@@ -44,30 +44,35 @@ pub(crate) enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Run a game server embedding the resolver (TCP, JSON lines: connect, search_room, join).
     GameServer(cmd::game_server::GameServerArgs),
+    /// Run the resolver as a loopback service for game servers in other languages (HTTP/JSON,
+    /// Server-Sent Events, forward-auth, Envoy ext_authz over gRPC).
+    Sidecar(cmd::sidecar::SidecarArgs),
     /// Check an integrator's user information API against the protocol; exit 1 on a failure.
     Check(cmd::check::CheckArgs),
     /// Measure throughput, latency and memory against the baselines; print one table.
     Load(cmd::load::LoadArgs),
 }
 
-/// The command line of this process, with `game-server --config FILE` merged in; a usage error
+/// The command line of this process, with `game-server --config FILE` (or `sidecar`'s) merged in; a usage error
 /// (in the flags or in the file) ends the process with exit status 2.
 pub(crate) fn parse() -> Cli {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let matches = Cli::command().get_matches_from(&argv);
     let config = match matches.subcommand() {
-        Some(("game-server", sub)) => sub.get_one::<PathBuf>("config").cloned().map(|c| (c, sub)),
+        Some((name @ ("game-server" | "sidecar"), sub)) => {
+            (sub.get_one::<PathBuf>("config").cloned()).map(|c| (c, name, sub))
+        }
         _ => None,
     };
-    let Some((path, sub)) = config else {
+    let Some((path, name, sub)) = config else {
         return Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     };
     let mut command = Cli::command();
     command.build();
-    let game_server = command
-        .find_subcommand("game-server")
-        .expect("game-server is a subcommand");
-    let merged = match config_file::merge(argv, &path, game_server, sub) {
+    let subcommand = command
+        .find_subcommand(name)
+        .expect("a subcommand that takes --config");
+    let merged = match config_file::merge(argv, &path, subcommand, sub) {
         Ok(merged) => merged,
         Err(e) => usage(&e),
     };
@@ -96,6 +101,7 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
         Command::Resolve(args) => cmd::resolve::run(args).await,
         Command::Demo(args) => cmd::demo::run(args).await,
         Command::GameServer(args) => cmd::game_server::run(args).await,
+        Command::Sidecar(args) => cmd::sidecar::run(args).await,
         Command::Check(args) => cmd::check::run(args).await,
         Command::Load(args) => cmd::load::run(args).await,
     }

@@ -12,7 +12,8 @@
 //!   certificate nobody trusts;
 //! - `capture`: every log line and metric, for the leak tests; `revoke_recorder`: a game
 //!   server's admin listener that records the revocations it is told; [`Relay`]: a TCP relay
-//!   that goes half-open, refuses or delays on the test's word;
+//!   that goes half-open, refuses or delays on the test's word; `hostile`: clients that do not
+//!   do their part; [`Nginx`]: a real nginx with a configuration of the test's;
 //! - [`redis`]: `redis-server` on a free port: plain, TLS, Sentinel, Cluster;
 //! - [`bench`](mod@bench) and [`baselines`]: runtimes, token sets and the hand-written caches and calls the
 //!   benches and `token-resolver load` measure against;
@@ -60,6 +61,8 @@ pub mod ws;
 mod helpers;
 #[cfg(feature = "servers")]
 mod hostile;
+#[cfg(feature = "servers")]
+mod nginx;
 
 #[cfg(feature = "servers")]
 pub use capture::*;
@@ -71,6 +74,8 @@ pub use helpers::*;
 pub use hostile::*;
 #[cfg(feature = "servers")]
 pub use http_app::*;
+#[cfg(feature = "servers")]
+pub use nginx::Nginx;
 #[cfg(feature = "servers")]
 pub use raw::*;
 #[cfg(feature = "reference-api")]

@@ -12,11 +12,12 @@ use clap::Args;
 use token_resolver::{RedisTier, Resolver};
 use token_resolver_game_server::telemetry::Metrics;
 use token_resolver_game_server::{
-    AdminConfig, AdminSecret, GameServer, GameServerConfig, RoomConfig, RunningAdmin,
-    RunningGameServer, WebSocketConfig,
+    AdminConfig, GameServer, GameServerConfig, RoomConfig, RunningAdmin, RunningGameServer,
+    WebSocketConfig,
 };
 
 use super::redis::{check_at_start, RedisArgs};
+use super::serving::{admin_secret, stop_signal, LiveArgs, ResolverFlags, StartFailed};
 
 /// `game-server` arguments.
 #[derive(Debug, Args)]
@@ -84,26 +85,9 @@ pub(crate) struct GameServerArgs {
     /// Host that rooms advertise to clients (default: the listening IP).
     #[arg(long, value_name = "HOST")]
     pub(crate) advertise_host: Option<String>,
-    /// Leeway, in seconds, on every token expiry (an answer's `exp`, a JWT's `exp`): a token
-    /// is valid until its expiry plus this, and a session is asked to refresh then.
-    #[arg(long, value_name = "SECS", default_value_t = 30)]
-    pub(crate) clock_skew: u64,
-    /// Seconds a session whose token expired has to send a refresh after reauth_required.
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
-    pub(crate) reauth_grace: u64,
-    /// Re-resolve each session's tokens every SECS seconds (through the cache) and close the
-    /// sessions whose token is rejected; off unless given.
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
-    pub(crate) revalidate: Option<u64>,
-    /// Re-checks begun per second across the sessions, at most, after revocations may have
-    /// been missed (a lost channel, a gap past the stream): a steady trickle, not a stampede.
-    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
-    pub(crate) recheck_rate: u32,
-    /// Seconds a session whose re-check gets no answer (the integrator overloaded, timing out
-    /// or down) stays connected before it is closed with auth_unavailable; without it, as long
-    /// as the outage lasts. An outage never counts as "still valid".
-    #[arg(long, value_name = "SECS")]
-    pub(crate) unverified_grace: Option<u64>,
+    /// How live sessions are kept: expiry, refresh, re-checks.
+    #[command(flatten)]
+    pub(crate) live: LiveArgs,
     /// The shared cache tier on Redis.
     #[command(flatten)]
     pub(crate) redis: RedisArgs,
@@ -130,30 +114,6 @@ pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
         admin.shutdown().await;
     }
     ExitCode::SUCCESS
-}
-
-/// Why the server did not start: what to print, and the exit code.
-struct StartFailed {
-    message: String,
-    exit: u8,
-}
-
-impl StartFailed {
-    /// A usage error (exit 2): a flag, the environment or the shared tier is wrong.
-    fn usage(message: impl Into<String>) -> Self {
-        StartFailed {
-            message: message.into(),
-            exit: 2,
-        }
-    }
-
-    /// The process cannot do its job (exit 1): a port cannot be bound, a recorder installed.
-    fn fatal(message: impl Into<String>) -> Self {
-        StartFailed {
-            message: message.into(),
-            exit: 1,
-        }
-    }
 }
 
 /// Everything up to serving: the metrics recorder, the secrets, the shared tier, the game
@@ -199,36 +159,6 @@ async fn start(
     Ok((running, Some(admin)))
 }
 
-/// The secret of `POST /admin/revoke`, from `TOKEN_RESOLVER_ADMIN_TOKEN`; none when unset
-/// (revocation is off), a usage error when too short.
-fn admin_secret() -> Result<Option<AdminSecret>, String> {
-    match std::env::var("TOKEN_RESOLVER_ADMIN_TOKEN") {
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => {
-            Err("TOKEN_RESOLVER_ADMIN_TOKEN is not valid UTF-8".to_owned())
-        }
-        Ok(secret) => AdminSecret::new(secret)
-            .map(Some)
-            .map_err(|e| format!("TOKEN_RESOLVER_ADMIN_TOKEN: {e}")),
-    }
-}
-
-/// SIGTERM (what an orchestrator sends) or Ctrl-C.
-async fn stop_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
-}
-
 /// The game server the flags describe; a usage error names the flag at fault.
 fn server(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<GameServer, String> {
     let rooms = match &args.rooms {
@@ -258,10 +188,10 @@ fn server(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<GameServer, 
         rejection_window: Duration::from_secs(args.rejection_window),
         idle_timeout: Duration::from_secs(args.idle_timeout),
         advertised_host: args.advertise_host.clone(),
-        reauth_grace: Duration::from_secs(args.reauth_grace),
-        revalidate: args.revalidate.map(Duration::from_secs),
-        recheck_rate: args.recheck_rate,
-        unverified_grace: args.unverified_grace.map(Duration::from_secs),
+        reauth_grace: Duration::from_secs(args.live.reauth_grace),
+        revalidate: args.live.revalidate.map(Duration::from_secs),
+        recheck_rate: args.live.recheck_rate,
+        unverified_grace: args.live.unverified_grace.map(Duration::from_secs),
         ..GameServerConfig::default()
     };
     GameServer::new(resolver(args, tier)?, config).map_err(|e| e.to_string())
@@ -269,20 +199,13 @@ fn server(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<GameServer, 
 
 /// The resolver the flags describe, with the shared tier when one is given.
 fn resolver(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<Resolver, String> {
-    let mut builder = Resolver::builder()
-        .auth_required(args.auth_required)
-        .allow_insecure_http(args.allow_insecure_http)
-        .clock_skew(Duration::from_secs(args.clock_skew));
-    if let Some(url) = &args.auth_url {
-        builder = builder.default_auth_url(url);
-    }
-    for url in &args.allow_auth_url {
-        builder = builder.allow_auth_url(url);
-    }
-    if let Some(tier) = tier {
-        builder = builder.shared_cache(tier);
-    }
-    builder.build().map_err(|e| e.to_string())
+    let flags = ResolverFlags {
+        auth_url: args.auth_url.as_deref(),
+        allow_auth_url: &args.allow_auth_url,
+        allow_insecure_http: args.allow_insecure_http,
+        clock_skew: args.live.clock_skew,
+    };
+    flags.build(Resolver::builder().auth_required(args.auth_required), tier)
 }
 
 /// What the server prints once it listens: the addresses, the auth setting and the rooms.

@@ -7,3 +7,5 @@ pub(crate) mod load;
 pub(crate) mod redis;
 pub(crate) mod resolve;
 pub(crate) mod serve_api;
+pub(crate) mod serving;
+pub(crate) mod sidecar;

@@ -1,0 +1,180 @@
+//! `token-resolver sidecar`: the resolver as a loopback service for game servers in other
+//! languages (SPEC section 15), with the game server's settings where they apply, an optional
+//! ext_authz gRPC listener and admin listener, a banner on stdout, until SIGTERM or Ctrl-C,
+//! which drain it.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use token_resolver::Resolver;
+use token_resolver_game_server::telemetry::Metrics;
+use token_resolver_game_server::{spawn_admin, AdminConfig, RunningAdmin};
+use token_resolver_sidecar::{RunningGrpc, RunningSidecar, Sidecar, SidecarConfig};
+
+use super::redis::{check_at_start, RedisArgs};
+use super::serving::{admin_secret, stop_signal, LiveArgs, ResolverFlags, StartFailed};
+
+/// `sidecar` arguments.
+#[derive(Debug, Args)]
+pub(crate) struct SidecarArgs {
+    /// A TOML file of settings: its keys are these flags' long names (`auth-url = "…"`,
+    /// `allow-auth-url = ["…"]`); a flag given here wins over the file.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// Address of the HTTP API (/v1/resolve, /v1/events, /v1/sessions, /v1/authorize). Keep it
+    /// on loopback: the game servers of this host are its callers.
+    #[arg(long, default_value = "127.0.0.1:7360")]
+    pub(crate) listen: SocketAddr,
+    /// Address of Envoy's ext_authz gRPC service (Authorization/Check); off unless given.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) grpc_listen: Option<SocketAddr>,
+    /// Address of the admin listener (/metrics, /healthz, /readyz, /admin/revoke); off unless
+    /// given.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) admin_listen: Option<SocketAddr>,
+    /// Seconds a draining sidecar (SIGTERM, Ctrl-C) lets requests finish.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub(crate) drain_secs: u64,
+    /// The default authUrl: for resolves without one.
+    #[arg(long, value_name = "URL")]
+    pub(crate) auth_url: Option<String>,
+    /// A further authUrl resolves may name (repeatable).
+    #[arg(long, value_name = "URL")]
+    pub(crate) allow_auth_url: Vec<String>,
+    /// Permit http:// to non-loopback auth APIs (sends tokens in the clear).
+    #[arg(long)]
+    pub(crate) allow_insecure_http: bool,
+    /// How live sessions are kept: expiry, refresh, re-checks.
+    #[command(flatten)]
+    pub(crate) live: LiveArgs,
+    /// The shared cache tier on Redis.
+    #[command(flatten)]
+    pub(crate) redis: RedisArgs,
+}
+
+/// What a started sidecar runs.
+struct Running {
+    sidecar: RunningSidecar,
+    grpc: Option<RunningGrpc>,
+    admin: Option<RunningAdmin>,
+}
+
+/// Serves until SIGTERM or Ctrl-C, then drains and exits 0; exit 2 on a usage error, 1 when a
+/// port cannot be bound.
+pub(crate) async fn run(args: SidecarArgs) -> ExitCode {
+    let running = match start(&args).await {
+        Ok(running) => running,
+        Err(failed) => {
+            eprintln!("error: {}", failed.message);
+            return ExitCode::from(failed.exit);
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(banner(&args, &running).as_bytes());
+    let _ = stdout.flush();
+    drop(stdout);
+    stop_signal().await;
+    let drain = Duration::from_secs(args.drain_secs);
+    let _ = tokio::time::timeout(drain, async {
+        if let Some(grpc) = running.grpc {
+            grpc.shutdown().await;
+        }
+        running.sidecar.shutdown().await;
+    })
+    .await;
+    if let Some(admin) = running.admin {
+        admin.shutdown().await;
+    }
+    ExitCode::SUCCESS
+}
+
+/// The metrics recorder, the secrets, the shared tier, then the listeners.
+async fn start(args: &SidecarArgs) -> Result<Running, StartFailed> {
+    let metrics = Metrics::install().map_err(|e| StartFailed::fatal(e.to_string()))?;
+    let revoke_secret = admin_secret().map_err(StartFailed::usage)?;
+    let tier = args.redis.tier().map_err(StartFailed::usage)?;
+    if let Some(tier) = &tier {
+        check_at_start(tier)
+            .await
+            .map_err(|e| StartFailed::usage(format!("shared cache (Redis): {e}")))?;
+    }
+    let flags = ResolverFlags {
+        auth_url: args.auth_url.as_deref(),
+        allow_auth_url: &args.allow_auth_url,
+        allow_insecure_http: args.allow_insecure_http,
+        clock_skew: args.live.clock_skew,
+    };
+    let resolver = flags
+        .build(Resolver::builder(), tier)
+        .map_err(StartFailed::usage)?;
+    let config = SidecarConfig {
+        reauth_grace: Duration::from_secs(args.live.reauth_grace),
+        revalidate: args.live.revalidate.map(Duration::from_secs),
+        recheck_rate: args.live.recheck_rate,
+        unverified_grace: args.live.unverified_grace.map(Duration::from_secs),
+        ..SidecarConfig::default()
+    };
+    let sidecar = Sidecar::new(resolver, config);
+    let bound = |flag: &'static str, addr: SocketAddr| {
+        move |e: std::io::Error| {
+            StartFailed::fatal(format!("cannot listen on {addr} ({flag}): {e}"))
+        }
+    };
+    let served = sidecar.spawn(args.listen).await;
+    let running = served.map_err(bound("--listen", args.listen))?;
+    let grpc = match args.grpc_listen {
+        Some(addr) => Some(
+            sidecar
+                .spawn_grpc(addr)
+                .await
+                .map_err(bound("--grpc-listen", addr))?,
+        ),
+        None => None,
+    };
+    let admin = match args.admin_listen {
+        Some(addr) => {
+            let config = AdminConfig {
+                metrics: Some(metrics),
+                revoke_secret,
+                ..AdminConfig::default()
+            };
+            let admin = spawn_admin(addr, sidecar.admin_node(), config).await;
+            Some(admin.map_err(bound("--admin-listen", addr))?)
+        }
+        None => None,
+    };
+    Ok(Running {
+        sidecar: running,
+        grpc,
+        admin,
+    })
+}
+
+/// What the sidecar prints once it listens.
+fn banner(args: &SidecarArgs, running: &Running) -> String {
+    let mut banner = format!(
+        "sidecar listening on http://{} (POST /v1/resolve, GET /v1/events, DELETE /v1/sessions/ID, GET|POST /v1/authorize)\n",
+        running.sidecar.local_addr()
+    );
+    if let Some(grpc) = &running.grpc {
+        banner.push_str(&format!(
+            "ext_authz gRPC listener on {} (envoy.service.auth.v3.Authorization/Check)\n",
+            grpc.local_addr()
+        ));
+    }
+    if let Some(admin) = &running.admin {
+        banner.push_str(&format!(
+            "admin listener on http://{} (/metrics, /healthz, /readyz, /admin/revoke)\n",
+            admin.local_addr()
+        ));
+    }
+    if let Some(url) = &args.auth_url {
+        banner.push_str(&format!("default authUrl {url}\n"));
+    }
+    banner.push_str("SIGTERM or Ctrl-C drains and stops\n");
+    banner
+}

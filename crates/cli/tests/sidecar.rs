@@ -1,0 +1,126 @@
+//! `token-resolver sidecar` as a process: its banner, the three listeners its flags open, its
+//! settings from `--config`, and SIGTERM draining it to exit 0.
+
+use token_resolver_support as support;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+/// The `token-resolver` binary.
+const BIN: &str = env!("CARGO_BIN_EXE_token-resolver");
+
+/// A `token-resolver sidecar` process, killed on drop.
+struct SidecarProcess {
+    child: Child,
+    banner: String,
+}
+
+impl SidecarProcess {
+    /// Starts `sidecar` with `args` and waits for its banner (up to its last line).
+    fn start(args: &[&str]) -> SidecarProcess {
+        let mut child = Command::new(BIN)
+            .arg("sidecar")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .env(
+                "TOKEN_RESOLVER_ADMIN_TOKEN",
+                "sidecar-cli-test-secret-of-32-bytes",
+            )
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut reader = BufReader::new(child.stdout.take().unwrap());
+        let mut banner = String::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap() == 0 {
+                break;
+            }
+            banner.push_str(&line);
+            if line.starts_with("SIGTERM") {
+                break;
+            }
+        }
+        SidecarProcess { child, banner }
+    }
+
+    /// The address on the banner line that starts with `prefix`.
+    fn addr(&self, prefix: &str) -> SocketAddr {
+        let line = (self.banner.lines())
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in {:?}", self.banner));
+        line.split_whitespace()
+            .find_map(|w| w.trim_start_matches("http://").parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+    }
+}
+
+impl Drop for SidecarProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sidecar_subcommand_serves_its_three_listeners_and_drains_on_sigterm() {
+    let api = support::reference_api().await;
+    let token = support::login_and_take_token(&api.base_url(), "alice", "wonderland").await;
+    let config = std::env::temp_dir().join(format!("sidecar-{}.toml", std::process::id()));
+    std::fs::write(&config, format!("auth-url = \"{}\"\n", api.base_url())).unwrap();
+    let mut sidecar = SidecarProcess::start(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--grpc-listen",
+        "127.0.0.1:0",
+    ]);
+    let http = sidecar.addr("sidecar listening on");
+    let admin = sidecar.addr("admin listener on");
+    sidecar.addr("ext_authz gRPC listener on");
+    let client = reqwest::Client::new();
+    let resolved = client
+        .post(format!("http://{http}/v1/resolve"))
+        .json(&json!({"access_token": token}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resolved.status(),
+        200,
+        "the default authUrl came from --config"
+    );
+    let answer: serde_json::Value = resolved.json().await.unwrap();
+    assert_eq!(answer["user"]["name"], "Alice");
+    let ready = client
+        .get(format!("http://{admin}/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+
+    let status = Command::new("kill")
+        .args(["-TERM", &sidecar.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let exited = loop {
+        if let Some(status) = sidecar.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sidecar did not exit after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(exited.success(), "{exited:?}");
+    let _ = std::fs::remove_file(config);
+}

@@ -1,0 +1,174 @@
+//! The parties of the sidecar's tests: the reference API, telling the sidecar's admin listener
+//! of logouts and bans, and the sidecar resolving at it; and a reader of its event stream.
+
+// Each test binary uses a part of what is here.
+#![allow(dead_code)]
+
+use token_resolver_support as support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use support::redis::free_port;
+use support::ApiCalls;
+use token_resolver::Resolver;
+use token_resolver_game_server::{spawn_admin, AdminConfig, AdminSecret, RunningAdmin};
+use token_resolver_reference_api::{ApiConfig, ApiUser, RunningApi};
+use token_resolver_sidecar::{RunningSidecar, Sidecar, SidecarConfig};
+
+const SECRET: &str = "sidecar-test-admin-secret-32-bytes";
+
+/// The reference API, telling the sidecar's admin listener of logouts and bans, and the
+/// sidecar resolving at it.
+pub struct Parties {
+    pub api: RunningApi,
+    pub sidecar: RunningSidecar,
+    _admin: RunningAdmin,
+    pub http: reqwest::Client,
+}
+
+impl Parties {
+    pub async fn start(config: SidecarConfig, users: Vec<ApiUser>) -> Parties {
+        // The API must know where to notify, and the sidecar where to resolve: the API's port
+        // is chosen first.
+        let api_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let base = format!("http://{api_addr}");
+        let resolver = Resolver::builder()
+            .default_auth_url(&base)
+            .clock_skew(Duration::ZERO)
+            .build()
+            .unwrap();
+        let sidecar = Sidecar::new(resolver, config);
+        let admin = spawn_admin(
+            "127.0.0.1:0".parse().unwrap(),
+            sidecar.admin_node(),
+            AdminConfig {
+                revoke_secret: Some(AdminSecret::new(SECRET).unwrap()),
+                ..AdminConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+        let api = token_resolver_reference_api::ReferenceApi::new(ApiConfig {
+            users,
+            notify: vec![format!("http://{}", admin.local_addr())],
+            admin_secret: Some(AdminSecret::new(SECRET).unwrap()),
+            ..ApiConfig::default()
+        })
+        .unwrap()
+        .spawn(api_addr)
+        .await
+        .unwrap();
+        let sidecar = sidecar.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        Parties {
+            api,
+            sidecar,
+            _admin: admin,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.sidecar.local_addr())
+    }
+
+    /// `POST /v1/resolve` with `body`: the status and the JSON answer.
+    pub async fn resolve(&self, body: Value) -> (u16, Value) {
+        let response = self
+            .http
+            .post(self.url("/v1/resolve"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap())
+    }
+
+    /// A fresh token of `username` (demo password).
+    pub async fn token(&self, username: &str) -> String {
+        let password = match username {
+            "alice" => "wonderland",
+            "bob" => "builder",
+            _ => "carolina",
+        };
+        support::login_and_take_token(&self.api.base_url(), username, password).await
+    }
+
+    /// Opens `GET /v1/events`, with `Last-Event-ID` when given.
+    pub async fn events(&self, last_id: Option<u64>) -> Events {
+        let mut request = self.http.get(self.url("/v1/events"));
+        if let Some(id) = last_id {
+            request = request.header("last-event-id", id.to_string());
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        Events {
+            body: response
+                .bytes_stream()
+                .map(|chunk| chunk.map(|b| b.to_vec()))
+                .boxed(),
+            buffer: String::new(),
+        }
+    }
+
+    /// Bans `user_id` at the reference API, which tells the sidecar.
+    pub async fn ban(&self, user_id: i64) {
+        let api = ApiCalls::new(&self.api.base_url());
+        let answer = api
+            .admin(
+                "ban",
+                Some(&format!("Bearer {SECRET}")),
+                &json!({"user_id": user_id}).to_string(),
+            )
+            .await;
+        assert_eq!(answer.status(), 200);
+    }
+}
+
+/// One event of the stream: its id, its name, its data.
+#[derive(Debug)]
+#[allow(dead_code)]
+pub struct Received {
+    pub id: u64,
+    pub event: String,
+    pub data: Value,
+}
+
+/// A Server-Sent Events stream being read.
+pub struct Events {
+    body: futures_util::stream::BoxStream<'static, reqwest::Result<Vec<u8>>>,
+    buffer: String,
+}
+
+impl Events {
+    /// The next event (comments skipped), within five seconds.
+    pub async fn next(&mut self) -> Received {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Some(end) = self.buffer.find("\n\n") {
+                    let block: String = self.buffer.drain(..end + 2).collect();
+                    let field = |name: &str| {
+                        block
+                            .lines()
+                            .find_map(|l| l.strip_prefix(name))
+                            .map(|v| v.trim_start().to_owned())
+                    };
+                    let Some(data) = field("data:") else { continue };
+                    return Received {
+                        id: field("id:").unwrap().parse().unwrap(),
+                        event: field("event:").unwrap(),
+                        data: serde_json::from_str(&data).unwrap(),
+                    };
+                }
+                let chunk = self.body.next().await.expect("the stream is open").unwrap();
+                self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+            }
+        })
+        .await
+        .expect("an event within 5 s")
+    }
+}

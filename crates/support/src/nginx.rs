@@ -1,0 +1,90 @@
+//! A real `nginx` on loopback for tests and benches: a configuration of theirs inside a prefix
+//! of its own, in the foreground, killed on drop.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// An `nginx` process listening on [`addr`](Self::addr).
+pub struct Nginx {
+    child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Nginx {
+    /// Where nginx is installed; `None` without it.
+    pub fn binary() -> Option<PathBuf> {
+        ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+    }
+
+    /// Whether nginx is installed; without it a test is skipped with a note, or fails under CI.
+    pub fn installed() -> bool {
+        crate::present(Nginx::binary().is_some(), "nginx", "nginx")
+    }
+
+    /// Starts `binary` with `http`, the body of the `http { }` block, in which `{listen}` is
+    /// replaced by the address nginx must listen on and `{dir}` by its own directory (for
+    /// caches and include files). Waits until it listens.
+    pub fn start(binary: &Path, workers: usize, http: &str) -> Nginx {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = std::env::temp_dir().join(format!("nginx-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(dir.join("cache")).expect("nginx's directory");
+        // The workers run as an unprivileged user when the master is root: let them write.
+        let _ = Command::new("chmod")
+            .args(["-R", "0777"])
+            .arg(&dir)
+            .status();
+        let d = dir.display();
+        let http = http
+            .replace("{listen}", &format!("127.0.0.1:{port}"))
+            .replace("{dir}", &d.to_string());
+        let config = format!(
+            "worker_processes {workers};\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+             events {{ worker_connections 4096; }}\nhttp {{\n    access_log off;\n    \
+             client_body_temp_path {d}/body;\n    proxy_temp_path {d}/proxy;\n    \
+             fastcgi_temp_path {d}/fastcgi;\n    uwsgi_temp_path {d}/uwsgi;\n    \
+             scgi_temp_path {d}/scgi;\n{http}\n}}\n"
+        );
+        let path = dir.join("nginx.conf");
+        std::fs::write(&path, config).expect("nginx.conf");
+        let child = Command::new(binary)
+            .arg("-p")
+            .arg(&dir)
+            .arg("-c")
+            .arg(&path)
+            .args(["-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("nginx starts");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "nginx did not listen on {addr}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Nginx { child, addr, dir }
+    }
+
+    /// Its own directory (for include files copied there).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
