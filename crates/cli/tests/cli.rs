@@ -212,6 +212,25 @@ async fn demo_walks_the_whole_flow_and_exits_0() {
     }
 }
 
+#[tokio::test]
+async fn demo_sidecar_walks_a_foreign_servers_flow_and_exits_0() {
+    // Pins down `demo --sidecar`: resolve through the sidecar, a ban pushed as an event, the
+    // foreign server closing the socket.
+    let mut cmd = bin();
+    cmd.args(["demo", "--sidecar"]).env("RUST_LOG", "warn");
+    let out = output(cmd).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    for step in [
+        "POST /v1/resolve",
+        "X-User-Id: 1",
+        "event: revoked",
+        "socket closed",
+    ] {
+        assert!(stdout.contains(step), "missing step {step:?} in:\n{stdout}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn load_mints_more_tokens_than_one_session_may_issue() {
     // Pins down `load` against its in-process reference API when the run needs more distinct

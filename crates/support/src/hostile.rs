@@ -48,4 +48,3 @@ pub async fn get_and_close(addr: std::net::SocketAddr, path: &str) -> String {
     stream.write_all(request.as_bytes()).await.unwrap();
     read_all(&mut stream, Duration::from_secs(5)).await
 }
-

@@ -4,7 +4,8 @@
 //! lines); the client is `IntegratorClient` for login and token plus `GameClient` for connect,
 //! room search and join.
 //!
-//! `--browser` starts the parties for a browser instead (`browser`).
+//! `--browser` starts the parties for a browser instead (`browser`); `--sidecar` shows the flow
+//! of a game server in another language, through the sidecar (`sidecar`).
 //!
 //! The demo is also a smoke test: a step whose outcome is not the expected one ends it with an
 //! error, so a zero exit status means the flow works. The token is never printed.
@@ -13,12 +14,14 @@
 //! - `parties`: starting the three parties on loopback;
 //! - `live`: live sessions (a logout, a ban, a token renewed in place);
 //! - `narration`: printing a step and checking what it turned out as;
-//! - `browser`: the parties for a browser (`--browser`).
+//! - `browser`: the parties for a browser (`--browser`);
+//! - `sidecar`: a foreign game server on the sidecar (`--sidecar`).
 
 mod browser;
 mod live;
 mod narration;
 mod parties;
+mod sidecar;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -38,8 +41,12 @@ use self::parties::{start, Parties};
 pub(crate) struct DemoArgs {
     /// Start the parties for a browser instead: print the URL of the page to open, and serve
     /// until Ctrl-C.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sidecar")]
     pub(crate) browser: bool,
+    /// Show the flow of a game server in another language instead: it resolves through the
+    /// sidecar over HTTP/JSON and closes a banned player's socket on a revoked event.
+    #[arg(long)]
+    pub(crate) sidecar: bool,
 }
 
 /// Runs the demo on stdout; exit 1 when a step did not turn out as expected.
@@ -47,6 +54,8 @@ pub(crate) async fn run(args: DemoArgs) -> ExitCode {
     let mut out = std::io::stdout();
     let ran = if args.browser {
         browser::serve(&mut out).await
+    } else if args.sidecar {
+        sidecar::narrate(&mut out).await
     } else {
         narrate(&mut out).await
     };
