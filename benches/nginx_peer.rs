@@ -16,17 +16,16 @@
 //! (`apt-get install nginx`).
 
 use token_resolver_support::bench as support;
+use token_resolver_support::closed_loop::{closed_loop, median, HttpCaller, MakeRequest, Run};
 use token_resolver_support::Nginx;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::routing::get;
 use axum::{Json, Router};
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
+use http_body_util::Full;
 use serde_json::{json, Value};
 use token_resolver::axum::Authenticated;
 use token_resolver::Resolver;
@@ -78,112 +77,22 @@ impl App {
     }
 }
 
-/// The `http { }` body of the peer: nginx `auth_request` to the integrator's `/api/user` with
-/// `proxy_cache` (a minute per token), in front of the game API at `game`.
-fn peer_config(game: SocketAddr, auth: SocketAddr) -> String {
-    format!(
-        r#"    proxy_cache_path {{dir}}/cache levels=1:2 keys_zone=auth:10m max_size=100m inactive=10m;
-    upstream game {{ server {game}; keepalive 64; }}
-    upstream integrator {{ server {auth}; keepalive 16; }}
-    server {{
-        listen {{listen}};
-        location / {{
-            auth_request /_auth;
-            proxy_pass http://game;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-        }}
-        location = /_auth {{
-            internal;
-            proxy_pass http://integrator/api/user;
-            proxy_method POST;
-            proxy_pass_request_body off;
-            proxy_set_header Content-Length "";
-            proxy_set_header Authorization $http_authorization;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_cache auth;
-            proxy_cache_key $http_authorization;
-            proxy_cache_valid 200 401 403 60s;
-            proxy_ignore_headers Cache-Control Expires Set-Cookie Vary;
-            proxy_cache_lock on;
-        }}
-    }}"#
-    )
-}
-
-/// What one row gave in one round.
-struct Run {
-    per_second: f64,
-    p50: Duration,
-    p99: Duration,
-    errors: usize,
-}
-
-/// A keep-alive HTTP/1.1 connection to `addr`.
-async fn connect(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Empty<Bytes>> {
-    let stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("a connection");
-    stream.set_nodelay(true).expect("TCP_NODELAY");
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("an HTTP/1.1 connection");
-    tokio::spawn(conn);
-    sender
-}
-
 /// `CONNECTIONS` keep-alive connections to `addr`, each sending `GET /profile` with its own
 /// token, one request at a time, for `ROUND_TIME`.
 async fn drive(addr: SocketAddr, tokens: &Arc<Vec<String>>) -> Run {
-    let started = Instant::now();
-    let deadline = started + ROUND_TIME;
-    let tasks: Vec<_> = (0..CONNECTIONS)
-        .map(|c| {
-            let bearer = format!("Bearer {}", tokens[c]);
-            tokio::spawn(async move {
-                let mut sender = connect(addr).await;
-                let (mut latencies, mut errors) = (Vec::new(), 0);
-                while Instant::now() < deadline {
-                    if sender.ready().await.is_err() {
-                        // The server closed the connection (it may, after an error answer).
-                        sender = connect(addr).await;
-                    }
-                    let request = hyper::Request::get("/profile")
-                        .header("host", "game.example")
-                        .header("authorization", &bearer)
-                        .body(Empty::<Bytes>::new())
-                        .expect("a request");
-                    let asked = Instant::now();
-                    let ok = match sender.send_request(request).await {
-                        Ok(response) => {
-                            let ok = response.status().is_success();
-                            ok && response.into_body().collect().await.is_ok()
-                        }
-                        Err(_) => false,
-                    };
-                    latencies.push(asked.elapsed());
-                    errors += usize::from(!ok);
-                }
-                (latencies, errors)
-            })
-        })
-        .collect();
-    let (mut latencies, mut errors) = (Vec::new(), 0);
-    for task in tasks {
-        let (l, e) = task.await.expect("a client task");
-        latencies.extend(l);
-        errors += e;
+    let mut callers = Vec::with_capacity(CONNECTIONS);
+    for token in tokens.iter().take(CONNECTIONS) {
+        let bearer = format!("Bearer {token}");
+        let make: MakeRequest = Box::new(move || {
+            hyper::Request::get("/profile")
+                .header("host", "game.example")
+                .header("authorization", &bearer)
+                .body(Full::default())
+                .expect("a request")
+        });
+        callers.push(HttpCaller::open(addr, make).await);
     }
-    let elapsed = started.elapsed();
-    latencies.sort();
-    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-    Run {
-        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
-        p50: at(0.50),
-        p99: at(0.99),
-        errors,
-    }
+    closed_loop(callers, ROUND_TIME).await
 }
 
 /// `count` access tokens from the reference API at `base`, one per device login.
@@ -205,11 +114,6 @@ async fn tokens(base: &str, count: usize) -> Vec<String> {
         );
     }
     tokens
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 fn ms(d: Duration) -> String {
@@ -242,7 +146,11 @@ fn main() {
             .with_state(resolver),
     );
     let integrator_addr: SocketAddr = base.trim_start_matches("http://").parse().unwrap();
-    let nginx = Nginx::start(&nginx, 2, &peer_config(behind.addr, integrator_addr));
+    let nginx = Nginx::start(
+        &nginx,
+        2,
+        &Nginx::proxy_cache_peer(behind.addr, integrator_addr),
+    );
 
     let client = support::runtime();
     client.block_on(async {

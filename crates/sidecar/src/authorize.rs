@@ -54,7 +54,7 @@ pub(crate) async fn authorize(State(node): State<Arc<Node>>, headers: HeaderMap)
         Ok(endpoint) => endpoint,
         Err(e) => return AuthRejection::from(e).into_response(),
     };
-    let user = match node.resolver.resolve(&endpoint, token).await {
+    let user = match node.resolve_at(auth_url, &endpoint, token.to_owned()).await {
         Ok(user) => user,
         Err(e) => return AuthRejection::from(e).into_response(),
     };

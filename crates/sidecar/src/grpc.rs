@@ -100,7 +100,9 @@ impl Checker {
         }
         let token = bearer_token(&headers)?;
         let endpoint = self.node.endpoint(auth_url)?;
-        self.node.resolver.resolve(&endpoint, token).await
+        (self.node)
+            .resolve_at(auth_url, &endpoint, token.to_owned())
+            .await
     }
 }
 

@@ -7,6 +7,7 @@
 //! keeps the session live (`sessions`); the same session with a new token is its refresh
 //! (`"refreshed": true`, or 409 `refresh_mismatch` for another user).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
@@ -14,13 +15,13 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::sessions::{self, Kept, Refused};
 use super::Node;
 use token_resolver::axum::AuthRejection;
-use token_resolver::{AccessToken, Endpoint, ResolveError};
+use token_resolver::{AccessToken, ConnectRequest, Endpoint, ResolveError, User};
 use token_resolver_game_server::live::{Credential, Purpose};
 
 /// Longest session id.
@@ -56,21 +57,26 @@ pub(crate) async fn resolve(
         Ok(endpoint) => endpoint,
         Err(e) => return AuthRejection::from(e).into_response(),
     };
-    let mark = node.registry.mark();
-    let user = match node.resolver.resolve(&endpoint, &body.access_token).await {
+    let mark = body.session.as_ref().map(|_| node.registry.mark());
+    let token = body.access_token;
+    let user = match node.resolve_at(auth_url, &endpoint, token.clone()).await {
         Ok(user) => user,
         Err(e) => return AuthRejection::from(e).into_response(),
     };
-    let mut answer = json!({
-        "user": {"id": user.id, "name": &user.name},
-        "expires_at": user.expires_at.map(|exp| exp.unix_seconds()),
-    });
-    let Some(session) = body.session else {
+    let mut answer = Answer {
+        user: Player {
+            id: user.id,
+            name: &user.name,
+        },
+        expires_at: user.expires_at.map(|exp| exp.unix_seconds()),
+        refreshed: None,
+    };
+    let (Some(session), Some(mark)) = (body.session, mark) else {
         return no_store(Json(answer));
     };
-    let (Ok(token), Some(fingerprint)) = (
-        AccessToken::new(body.access_token.clone()),
-        node.resolver.fingerprint(&endpoint, &body.access_token),
+    let (Ok(kept), Some(fingerprint)) = (
+        AccessToken::new(token.clone()),
+        node.resolver.fingerprint(&endpoint, &token),
     ) else {
         // The resolver took the token, so it is well formed and the endpoint known.
         return error(
@@ -79,10 +85,10 @@ pub(crate) async fn resolve(
             "the resolved token could not be kept",
         );
     };
-    let credential = Credential::new(Purpose::Connect, &endpoint, token, fingerprint, &user);
+    let credential = Credential::new(Purpose::Connect, &endpoint, kept, fingerprint, &user);
     match sessions::keep(&node, &session, credential, mark) {
         Ok(kept) => {
-            answer["refreshed"] = json!(kept == Kept::Refreshed);
+            answer.refreshed = Some(kept == Kept::Refreshed);
             no_store(Json(answer))
         }
         Err(Refused::Mismatch) => error(
@@ -110,23 +116,59 @@ pub(crate) async fn resolve(
     }
 }
 
+/// The answer of a resolve.
+#[derive(Serialize)]
+struct Answer<'a> {
+    user: Player<'a>,
+    /// Unix seconds, when the integrator or the token says.
+    expires_at: Option<u64>,
+    /// Only when the resolve named a session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refreshed: Option<bool>,
+}
+
+/// The user as the game server sees it.
+#[derive(Serialize)]
+struct Player<'a> {
+    id: i64,
+    name: &'a str,
+}
+
 impl Node {
     /// The normalised endpoint `auth_url` names (empty: the default one). The allowlist is the
     /// resolver's to apply, when it resolves.
-    pub(crate) fn endpoint(&self, auth_url: &str) -> Result<String, ResolveError> {
+    pub(crate) fn endpoint<'a>(&'a self, auth_url: &str) -> Result<Cow<'a, str>, ResolveError> {
         if auth_url.is_empty() {
             return (self.resolver.default_endpoint())
-                .map(|endpoint| endpoint.as_str().to_owned())
+                .map(|endpoint| Cow::Borrowed(endpoint.as_str()))
                 .ok_or_else(|| ResolveError::AuthUrlNotAllowed {
                     reason: "no auth_url was given and the sidecar has no default (--auth-url)"
                         .to_owned(),
                 });
         }
         Endpoint::parse(auth_url, true)
-            .map(|endpoint| endpoint.as_str().to_owned())
+            .map(|endpoint| Cow::Owned(endpoint.as_str().to_owned()))
             .map_err(|e| ResolveError::AuthUrlNotAllowed {
                 reason: e.to_string(),
             })
+    }
+
+    /// Resolves `token` at `endpoint`, which `auth_url` named: the default one (empty) without
+    /// parsing it again, as a game server's connect does.
+    pub(crate) async fn resolve_at(
+        &self,
+        auth_url: &str,
+        endpoint: &str,
+        token: String,
+    ) -> Result<Arc<User>, ResolveError> {
+        if !auth_url.is_empty() {
+            return self.resolver.resolve(endpoint, &token).await;
+        }
+        let request = ConnectRequest {
+            access_token: Some(token),
+        };
+        let identity = self.resolver.resolve_connect(&request).await?;
+        identity.user().cloned().ok_or(ResolveError::TokenMissing)
     }
 }
 

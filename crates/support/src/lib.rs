@@ -13,10 +13,12 @@
 //! - `capture`: every log line and metric, for the leak tests; `revoke_recorder`: a game
 //!   server's admin listener that records the revocations it is told; [`Relay`]: a TCP relay
 //!   that goes half-open, refuses or delays on the test's word; `hostile`: clients that do not
-//!   do their part; [`Nginx`]: a real nginx with a configuration of the test's;
+//!   do their part; [`Nginx`]: a real nginx with a configuration of the test's; [`SseReader`]:
+//!   a reader of the sidecar's event stream;
 //! - [`redis`]: `redis-server` on a free port: plain, TLS, Sentinel, Cluster;
 //! - [`bench`](mod@bench) and [`baselines`]: runtimes, token sets and the hand-written caches and calls the
-//!   benches and `token-resolver load` measure against;
+//!   benches and `token-resolver load` measure against; [`closed_loop`]: the load client of the
+//!   benches that set a server beside its peer;
 //! - `reference_api`, `tls_api` (feature `reference-api`): the reference integrator API on
 //!   loopback, in the clear or over TLS, and logging in to it;
 //! - `game_server` (feature `game-server`): a game server in this process, or the binary as a
@@ -32,6 +34,8 @@ pub mod baselines;
 pub mod bench;
 #[cfg(feature = "servers")]
 mod capture;
+#[cfg(feature = "servers")]
+pub mod closed_loop;
 #[cfg(feature = "game-server")]
 mod game_server;
 #[cfg(feature = "servers")]
@@ -63,6 +67,8 @@ mod helpers;
 mod hostile;
 #[cfg(feature = "servers")]
 mod nginx;
+#[cfg(feature = "servers")]
+mod sse;
 
 #[cfg(feature = "servers")]
 pub use capture::*;
@@ -88,6 +94,8 @@ pub use revoke_recorder::*;
 pub use scripted::*;
 #[cfg(feature = "servers")]
 pub use silent_tcp::*;
+#[cfg(feature = "servers")]
+pub use sse::{SseEvent, SseReader};
 #[cfg(feature = "reference-api")]
 pub use tls_api::*;
 #[cfg(feature = "servers")]

@@ -75,6 +75,41 @@ impl Nginx {
         Nginx { child, addr, dir }
     }
 
+    /// The `http { }` body of nginx's own way to authenticate an API: `auth_request` to the
+    /// integrator's `/api/user` at `auth`, cached with `proxy_cache` (a minute per token, with
+    /// `proxy_cache_lock`), in front of the API at `game` (every location).
+    pub fn proxy_cache_peer(game: SocketAddr, auth: SocketAddr) -> String {
+        format!(
+            r#"    proxy_cache_path {{dir}}/cache levels=1:2 keys_zone=auth:10m max_size=100m inactive=10m;
+    upstream game {{ server {game}; keepalive 64; }}
+    upstream integrator {{ server {auth}; keepalive 16; }}
+    server {{
+        listen {{listen}};
+        location / {{
+            auth_request /_auth;
+            proxy_pass http://game;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+        location = /_auth {{
+            internal;
+            proxy_pass http://integrator/api/user;
+            proxy_method POST;
+            proxy_pass_request_body off;
+            proxy_set_header Content-Length "";
+            proxy_set_header Authorization $http_authorization;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_cache auth;
+            proxy_cache_key $http_authorization;
+            proxy_cache_valid 200 401 403 60s;
+            proxy_ignore_headers Cache-Control Expires Set-Cookie Vary;
+            proxy_cache_lock on;
+        }}
+    }}"#
+        )
+    }
+
     /// Its own directory (for include files copied there).
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -9,10 +9,9 @@ use token_resolver_support as support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use serde_json::{json, Value};
 use support::redis::free_port;
-use support::ApiCalls;
+use support::{ApiCalls, SseEvent, SseReader};
 use token_resolver::Resolver;
 use token_resolver_game_server::{spawn_admin, AdminConfig, AdminSecret, RunningAdmin};
 use token_resolver_reference_api::{ApiConfig, ApiUser, RunningApi};
@@ -106,13 +105,7 @@ impl Parties {
         let response = request.send().await.unwrap();
         assert_eq!(response.status(), 200);
         assert_eq!(response.headers()["content-type"], "text/event-stream");
-        Events {
-            body: response
-                .bytes_stream()
-                .map(|chunk| chunk.map(|b| b.to_vec()))
-                .boxed(),
-            buffer: String::new(),
-        }
+        Events(SseReader::new(response))
     }
 
     /// Bans `user_id` at the reference API, which tells the sidecar.
@@ -129,46 +122,15 @@ impl Parties {
     }
 }
 
-/// One event of the stream: its id, its name, its data.
-#[derive(Debug)]
-#[allow(dead_code)]
-pub struct Received {
-    pub id: u64,
-    pub event: String,
-    pub data: Value,
-}
-
-/// A Server-Sent Events stream being read.
-pub struct Events {
-    body: futures_util::stream::BoxStream<'static, reqwest::Result<Vec<u8>>>,
-    buffer: String,
-}
+/// The sidecar's event stream, as a test reads it.
+pub struct Events(SseReader);
 
 impl Events {
-    /// The next event (comments skipped), within five seconds.
-    pub async fn next(&mut self) -> Received {
-        tokio::time::timeout(Duration::from_secs(5), async {
-            loop {
-                if let Some(end) = self.buffer.find("\n\n") {
-                    let block: String = self.buffer.drain(..end + 2).collect();
-                    let field = |name: &str| {
-                        block
-                            .lines()
-                            .find_map(|l| l.strip_prefix(name))
-                            .map(|v| v.trim_start().to_owned())
-                    };
-                    let Some(data) = field("data:") else { continue };
-                    return Received {
-                        id: field("id:").unwrap().parse().unwrap(),
-                        event: field("event:").unwrap(),
-                        data: serde_json::from_str(&data).unwrap(),
-                    };
-                }
-                let chunk = self.body.next().await.expect("the stream is open").unwrap();
-                self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
-            }
-        })
-        .await
-        .expect("an event within 5 s")
+    /// The next event, within five seconds.
+    pub async fn next(&mut self) -> SseEvent {
+        tokio::time::timeout(Duration::from_secs(5), self.0.next())
+            .await
+            .expect("an event within 5 s")
+            .expect("the stream is open")
     }
 }

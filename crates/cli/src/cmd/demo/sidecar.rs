@@ -11,13 +11,13 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use futures_util::StreamExt;
 use serde_json::{json, Value};
 use token_resolver::Resolver;
 use token_resolver_game_server::{spawn_admin, AdminConfig, AdminSecret};
 use token_resolver_player::IntegratorClient;
 use token_resolver_reference_api::{ApiConfig, ReferenceApi};
 use token_resolver_sidecar::{Sidecar, SidecarConfig};
+use token_resolver_support::SseReader;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -231,25 +231,15 @@ async fn serve(socket: TcpStream, session: String, sidecar: String, open: Open) 
 
 /// Reads the sidecar's events and closes the sockets of revoked sessions.
 async fn follow(events: reqwest::Response, open: Open) {
-    let mut body = events.bytes_stream();
-    let mut buffer = String::new();
-    while let Some(Ok(chunk)) = body.next().await {
-        buffer.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buffer.find("\n\n") {
-            let block: String = buffer.drain(..end + 2).collect();
-            let data = block.lines().find_map(|l| l.strip_prefix("data:"));
-            let Some(event) = data.and_then(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            else {
-                continue;
-            };
-            if event["type"] != "revoked" {
-                continue;
-            }
-            let session = event["session"].as_str().unwrap_or_default();
-            let closer = open.lock().expect("the open sockets").remove(session);
-            if let Some(closer) = closer {
-                let _ = closer.send(json!({"type": "revoked", "reason": event["reason"]}));
-            }
+    let mut events = SseReader::new(events);
+    while let Some(event) = events.next().await {
+        if event.event != "revoked" {
+            continue;
+        }
+        let session = event.data["session"].as_str().unwrap_or_default();
+        let closer = open.lock().expect("the open sockets").remove(session);
+        if let Some(closer) = closer {
+            let _ = closer.send(json!({"type": "revoked", "reason": event.data["reason"]}));
         }
     }
 }
