@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 #[cfg(doc)]
-use super::protocol::{IDLE_TIMEOUT, LINE_TOO_LONG, LOGIN_TIMEOUT, RATE_LIMITED, SERVER_BUSY};
+use super::protocol::{
+    IDLE_TIMEOUT, LINE_TOO_LONG, LOGIN_TIMEOUT, RATE_LIMITED, SERVER_BUSY, TOO_MANY_CONNECTIONS,
+};
 #[cfg(doc)]
 use super::GameServer;
 use token_resolver::Endpoint;

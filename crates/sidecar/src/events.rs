@@ -147,6 +147,18 @@ pub(crate) async fn stream(State(node): State<Arc<Node>>, headers: HeaderMap) ->
     let (replay, receiver) = node.events.subscribe(last_id);
     tracing::info!(replayed = replay.len(), "event stream opened");
     let draining = node.draining.clone();
+    let events = feed(replay, receiver)
+        .take_until(async move { draining.cancelled().await })
+        .map(|record| Ok::<_, Infallible>(event(&record)));
+    sse(events)
+}
+
+/// What one stream is sent: `replay`, then what `receiver` gets, until it falls behind (then it
+/// ends, with a log line) or the journal goes away.
+fn feed(
+    replay: Vec<Arc<Record>>,
+    receiver: broadcast::Receiver<Arc<Record>>,
+) -> impl Stream<Item = Arc<Record>> + Send {
     let live = stream::unfold(receiver, |mut receiver| async move {
         match receiver.recv().await {
             Ok(record) => Some((record, receiver)),
@@ -160,11 +172,7 @@ pub(crate) async fn stream(State(node): State<Arc<Node>>, headers: HeaderMap) ->
             Err(RecvError::Closed) => None,
         }
     });
-    let events = stream::iter(replay)
-        .chain(live)
-        .take_until(async move { draining.cancelled().await })
-        .map(|record| Ok::<_, Infallible>(event(&record)));
-    sse(events)
+    stream::iter(replay).chain(live)
 }
 
 /// `events` as a Server-Sent Events answer, with keep-alive comments.
@@ -214,6 +222,21 @@ mod tests {
             ids(&replay),
             [(3, "resync"), (4, "revoked"), (5, "revoked")]
         );
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_falls_behind_its_buffer_ends_and_comes_back_for_the_rest() {
+        let events = Events::new(64, 2);
+        let (replay, receiver) = events.subscribe(None);
+        for i in 0..5 {
+            events.publish("revoked", json!({ "session": i }));
+        }
+        // Never read while five events came: it ends at once, having sent nothing, rather
+        // than holding them all.
+        let sent: Vec<u64> = feed(replay, receiver).map(|r| r.id).collect().await;
+        assert!(sent.is_empty(), "{sent:?}");
+        let (again, _) = events.subscribe(Some(0));
+        assert_eq!(again.len(), 5, "the journal still has them");
     }
 
     #[test]
