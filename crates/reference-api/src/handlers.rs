@@ -125,7 +125,9 @@ fn issue_token(
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
     let exp = (unix_now + lifetime).as_secs();
-    store.issue(&session_key, sha256(&token), (now, now + lifetime), exp);
+    if !store.issue(&session_key, sha256(&token), (now, now + lifetime), exp) {
+        return Err(Refusal::Error(StatusCode::UNAUTHORIZED, "invalid_session"));
+    }
     Ok((user_id, token, lifetime))
 }
 

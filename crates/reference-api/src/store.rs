@@ -291,17 +291,19 @@ impl Store {
 
     /// Stores `token` (its hash), the next token of the live session `session`, issued at `now`
     /// to expire at `expires` (`exp` in Unix seconds), ending the guest token that would expire
-    /// first when guest tokens are at their cap.
+    /// first when guest tokens are at their cap. `false`: the session is gone (its guest was
+    /// forgotten by this very sweep), and nothing was stored.
+    #[must_use]
     pub(super) fn issue(
         &mut self,
         session: &Digest32,
         token: Digest32,
         (now, expires): (Instant, Instant),
         exp: u64,
-    ) {
+    ) -> bool {
         self.sweep(now);
         let Some(owner) = self.sessions.get_mut(session) else {
-            return;
+            return false;
         };
         owner.tokens_issued += 1;
         owner.tokens.push(token);
@@ -324,6 +326,7 @@ impl Store {
         }
         self.token_expiry.insert((expires, token));
         self.tokens.insert(token, issued);
+        true
     }
 
     /// The live token `key`; an expired one is removed.

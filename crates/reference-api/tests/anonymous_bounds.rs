@@ -215,3 +215,20 @@ async fn forwarded_for_names_the_client_only_when_the_peer_is_a_trusted_proxy() 
     let over = client.device_login("c-2", Some("203.0.113.9")).await;
     assert_eq!(over.status(), 429);
 }
+
+#[tokio::test]
+async fn a_session_whose_guest_was_forgotten_gets_no_token_rather_than_a_dead_one() {
+    let running = start(SessionLimits {
+        guest_ttl: Duration::from_millis(300),
+        ..SessionLimits::default()
+    })
+    .await;
+    let api = ApiCalls::from_address(&running.base_url(), loopback(2));
+    let (_, cookie) = guest(&api, "phone", None).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let refused = api.token_raw(&cookie, None).await;
+    assert_eq!(refused.status(), 401);
+    assert_eq!(json_of(refused).await["error"], "invalid_session");
+    let held = running.api().held();
+    assert_eq!((held.sessions, held.tokens, held.guests), (0, 0, 0));
+}
