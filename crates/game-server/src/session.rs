@@ -15,6 +15,7 @@ use axum::body::Bytes;
 
 use super::handler::{handle, Caller, Reply};
 use super::live::recheck::settle;
+use super::live::timers::sleep_until;
 use super::live::{Due, Holdings, Meanwhile, Standing, Timers};
 use super::protocol::{
     reauth_required, refusal, revoked, shutdown, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG,
@@ -325,14 +326,6 @@ async fn checked<T: Transport>(
             let _ = send(transport, refusal(code.as_str(), msg, true), shared).await;
             Some(("unverified", Close::Normal))
         }
-    }
-}
-
-/// Sleeps until `at`; `None` never comes (its branch is disabled then).
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -57,9 +57,14 @@ pub(crate) async fn resolve(
         Ok(endpoint) => endpoint,
         Err(e) => return AuthRejection::from(e).into_response(),
     };
-    let mark = body.session.as_ref().map(|_| node.registry.mark());
-    let token = body.access_token;
-    let user = match node.resolve_at(auth_url, &endpoint, token.clone()).await {
+    // A named session keeps the token, and where revocations stood before it was resolved;
+    // a plain resolve (the hot path) needs neither.
+    let pending =
+        (body.session.as_ref()).map(|_| (node.registry.mark(), body.access_token.clone()));
+    let user = match node
+        .resolve_at(auth_url, &endpoint, body.access_token)
+        .await
+    {
         Ok(user) => user,
         Err(e) => return AuthRejection::from(e).into_response(),
     };
@@ -71,13 +76,11 @@ pub(crate) async fn resolve(
         expires_at: user.expires_at.map(|exp| exp.unix_seconds()),
         refreshed: None,
     };
-    let (Some(session), Some(mark)) = (body.session, mark) else {
+    let (Some(session), Some((mark, token))) = (body.session, pending) else {
         return no_store(Json(answer));
     };
-    let (Ok(kept), Some(fingerprint)) = (
-        AccessToken::new(token.clone()),
-        node.resolver.fingerprint(&endpoint, &token),
-    ) else {
+    let fingerprint = node.resolver.fingerprint(&endpoint, &token);
+    let (Ok(held), Some(fingerprint)) = (AccessToken::new(token), fingerprint) else {
         // The resolver took the token, so it is well formed and the endpoint known.
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -85,7 +88,7 @@ pub(crate) async fn resolve(
             "the resolved token could not be kept",
         );
     };
-    let credential = Credential::new(Purpose::Connect, &endpoint, kept, fingerprint, &user);
+    let credential = Credential::new(Purpose::Connect, &endpoint, held, fingerprint, &user);
     match sessions::keep(&node, &session, credential, mark) {
         Ok(kept) => {
             answer.refreshed = Some(kept == Kept::Refreshed);

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::resolve::{check_session, error};
 use super::Node;
 use token_resolver_game_server::live::recheck::settle;
+use token_resolver_game_server::live::timers::sleep_until;
 use token_resolver_game_server::live::{
     Credential, Due, Holdings, Levers, Mark, Meanwhile, Standing, Timers,
 };
@@ -267,13 +268,5 @@ async fn watch_session(
             "revoked",
             json!({"session": &*id, "user_id": user_id, "reason": reason}),
         );
-    }
-}
-
-/// Sleeps until `at`; `None` never comes (its branch is disabled then).
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

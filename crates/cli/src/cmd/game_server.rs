@@ -17,7 +17,7 @@ use token_resolver_game_server::{
 };
 
 use super::redis::{check_at_start, RedisArgs};
-use super::serving::{admin_secret, stop_signal, LiveArgs, ResolverFlags, StartFailed};
+use super::serving::{admin_secret, stop_signal, LiveArgs, ResolverArgs, StartFailed};
 
 /// `game-server` arguments.
 #[derive(Debug, Args)]
@@ -44,13 +44,9 @@ pub(crate) struct GameServerArgs {
     /// Seconds a draining server (SIGTERM, Ctrl-C) lets sessions finish before it cuts them.
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     pub(crate) drain_secs: u64,
-    /// The default authUrl ("user resource acquisition API URL"): for connects and rooms
-    /// without one. Required while auth is required.
-    #[arg(long, value_name = "URL")]
-    pub(crate) auth_url: Option<String>,
-    /// A further authUrl rooms may name (repeatable); every room's authUrl must be allowed.
-    #[arg(long, value_name = "URL")]
-    pub(crate) allow_auth_url: Vec<String>,
+    /// Where the resolver may resolve: the default authUrl and the allowlist.
+    #[command(flatten)]
+    pub(crate) resolver: ResolverArgs,
     /// JSON list of rooms: [{"roomId": "arena", "authUrl": "https://..."}]; without it, a
     /// lobby (no authUrl) and an arena protected by --auth-url.
     #[arg(long, value_name = "FILE")]
@@ -58,9 +54,6 @@ pub(crate) struct GameServerArgs {
     /// The options-screen switch: false makes connects and joins anonymous, with no call.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) auth_required: bool,
-    /// Permit http:// to non-loopback auth APIs (sends tokens in the clear).
-    #[arg(long)]
-    pub(crate) allow_insecure_http: bool,
     /// Connections open at once; more are refused with server_busy.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub(crate) max_connections: usize,
@@ -163,16 +156,18 @@ async fn start(
 fn server(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<GameServer, String> {
     let rooms = match &args.rooms {
         Some(path) => RoomConfig::load(path).map_err(|e| e.to_string())?,
-        None => RoomConfig::defaults(args.auth_url.as_deref()),
+        None => RoomConfig::defaults(args.resolver.auth_url.as_deref()),
     };
     if args.auth_required {
         let allowed: Vec<&str> = args
+            .resolver
             .auth_url
             .iter()
-            .chain(&args.allow_auth_url)
+            .chain(&args.resolver.allow_auth_url)
             .map(String::as_str)
             .collect();
-        let uncovered = RoomConfig::uncovered_auth_urls(&rooms, &allowed, args.allow_insecure_http);
+        let uncovered =
+            RoomConfig::uncovered_auth_urls(&rooms, &allowed, args.resolver.allow_insecure_http);
         if let Some(url) = uncovered.first() {
             return Err(format!(
                 "room authUrl {url:?} is not allowed, so every join to its room would fail: add --allow-auth-url {url}"
@@ -199,13 +194,8 @@ fn server(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<GameServer, 
 
 /// The resolver the flags describe, with the shared tier when one is given.
 fn resolver(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<Resolver, String> {
-    let flags = ResolverFlags {
-        auth_url: args.auth_url.as_deref(),
-        allow_auth_url: &args.allow_auth_url,
-        allow_insecure_http: args.allow_insecure_http,
-        clock_skew: args.live.clock_skew,
-    };
-    flags.build(Resolver::builder().auth_required(args.auth_required), tier)
+    let builder = Resolver::builder().auth_required(args.auth_required);
+    args.resolver.build(builder, &args.live, tier)
 }
 
 /// What the server prints once it listens: the addresses, the auth setting and the rooms.
@@ -229,7 +219,7 @@ fn banner(
             admin.local_addr()
         ));
     }
-    match (&args.auth_url, args.auth_required) {
+    match (&args.resolver.auth_url, args.auth_required) {
         (_, false) => banner.push_str("auth: off (joins are anonymous)\n"),
         (Some(url), true) => banner.push_str(&format!("auth: required, default authUrl {url}\n")),
         (None, true) => {}

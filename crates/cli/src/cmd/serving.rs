@@ -63,33 +63,38 @@ pub(crate) async fn stop_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
-/// The resolver flags both serving subcommands take.
-pub(crate) struct ResolverFlags<'a> {
-    /// `--auth-url`.
-    pub(crate) auth_url: Option<&'a str>,
-    /// `--allow-auth-url`.
-    pub(crate) allow_auth_url: &'a [String],
-    /// `--allow-insecure-http`.
+/// Where the resolver may resolve, in `game-server` and `sidecar` alike.
+#[derive(Debug, Args)]
+pub(crate) struct ResolverArgs {
+    /// The default authUrl ("user resource acquisition API URL"): for connects, rooms and
+    /// resolves without one. Required while auth is required.
+    #[arg(long, value_name = "URL")]
+    pub(crate) auth_url: Option<String>,
+    /// A further authUrl rooms and resolves may name (repeatable); every room's authUrl must
+    /// be allowed.
+    #[arg(long, value_name = "URL")]
+    pub(crate) allow_auth_url: Vec<String>,
+    /// Permit http:// to non-loopback auth APIs (sends tokens in the clear).
+    #[arg(long)]
     pub(crate) allow_insecure_http: bool,
-    /// `--clock-skew`, in seconds.
-    pub(crate) clock_skew: u64,
 }
 
-impl ResolverFlags<'_> {
-    /// `builder` with these flags and the shared tier when one is given; a usage error names
-    /// what is wrong.
+impl ResolverArgs {
+    /// `builder` with these flags, the leeway of `live` on expiries, and the shared tier when
+    /// one is given; a usage error names what is wrong.
     pub(crate) fn build(
         &self,
         builder: ResolverBuilder,
+        live: &LiveArgs,
         tier: Option<RedisTier>,
     ) -> Result<Resolver, String> {
         let mut builder = builder
             .allow_insecure_http(self.allow_insecure_http)
-            .clock_skew(Duration::from_secs(self.clock_skew));
-        if let Some(url) = self.auth_url {
+            .clock_skew(Duration::from_secs(live.clock_skew));
+        if let Some(url) = &self.auth_url {
             builder = builder.default_auth_url(url);
         }
-        for url in self.allow_auth_url {
+        for url in &self.allow_auth_url {
             builder = builder.allow_auth_url(url);
         }
         if let Some(tier) = tier {

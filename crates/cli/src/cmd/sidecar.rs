@@ -16,7 +16,7 @@ use token_resolver_game_server::{spawn_admin, AdminConfig, RunningAdmin};
 use token_resolver_sidecar::{RunningGrpc, RunningSidecar, Sidecar, SidecarConfig};
 
 use super::redis::{check_at_start, RedisArgs};
-use super::serving::{admin_secret, stop_signal, LiveArgs, ResolverFlags, StartFailed};
+use super::serving::{admin_secret, stop_signal, LiveArgs, ResolverArgs, StartFailed};
 
 /// `sidecar` arguments.
 #[derive(Debug, Args)]
@@ -39,15 +39,9 @@ pub(crate) struct SidecarArgs {
     /// Seconds a draining sidecar (SIGTERM, Ctrl-C) lets requests finish.
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     pub(crate) drain_secs: u64,
-    /// The default authUrl: for resolves without one.
-    #[arg(long, value_name = "URL")]
-    pub(crate) auth_url: Option<String>,
-    /// A further authUrl resolves may name (repeatable).
-    #[arg(long, value_name = "URL")]
-    pub(crate) allow_auth_url: Vec<String>,
-    /// Permit http:// to non-loopback auth APIs (sends tokens in the clear).
-    #[arg(long)]
-    pub(crate) allow_insecure_http: bool,
+    /// Where the resolver may resolve: the default authUrl and the allowlist.
+    #[command(flatten)]
+    pub(crate) resolver: ResolverArgs,
     /// How live sessions are kept: expiry, refresh, re-checks.
     #[command(flatten)]
     pub(crate) live: LiveArgs,
@@ -102,14 +96,8 @@ async fn start(args: &SidecarArgs) -> Result<Running, StartFailed> {
             .await
             .map_err(|e| StartFailed::usage(format!("shared cache (Redis): {e}")))?;
     }
-    let flags = ResolverFlags {
-        auth_url: args.auth_url.as_deref(),
-        allow_auth_url: &args.allow_auth_url,
-        allow_insecure_http: args.allow_insecure_http,
-        clock_skew: args.live.clock_skew,
-    };
-    let resolver = flags
-        .build(Resolver::builder(), tier)
+    let resolver = (args.resolver)
+        .build(Resolver::builder(), &args.live, tier)
         .map_err(StartFailed::usage)?;
     let config = SidecarConfig {
         reauth_grace: Duration::from_secs(args.live.reauth_grace),
@@ -172,7 +160,7 @@ fn banner(args: &SidecarArgs, running: &Running) -> String {
             admin.local_addr()
         ));
     }
-    if let Some(url) = &args.auth_url {
+    if let Some(url) = &args.resolver.auth_url {
         banner.push_str(&format!("default authUrl {url}\n"));
     }
     banner.push_str("SIGTERM or Ctrl-C drains and stops\n");

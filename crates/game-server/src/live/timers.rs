@@ -106,3 +106,12 @@ impl Timers {
         None
     }
 }
+
+/// Sleeps until `at` (a session's [`Timers::next`], or any deadline it keeps); `None` never
+/// comes, so a `select!` branch on it waits for ever where nothing is due.
+pub async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
