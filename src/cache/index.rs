@@ -4,28 +4,48 @@
 //! Keys are found by their user (at their endpoint), which covers a ban, a logout (a session
 //! is one of a user's: the cached answer says which), and by their token's fingerprint when a
 //! shared tier sends revocations that name a token without carrying it. The user table holds
-//! one entry per user (at an endpoint) with the very keys the store holds (one pointer each),
-//! so that adding or dropping a key costs a look-up and a walk of that user's keys alone, not
-//! of every key sharing its hash; the token table one entry per key. Rejections are not
-//! indexed: a revocation has nothing to take from them.
+//! one entry per user (at an endpoint) with the very keys the store holds (one pointer each)
+//! and their fingerprints, so that adding or dropping a key costs a look-up and a walk of that
+//! user's keys alone, not of every key sharing its hash; the token table one entry per key.
+//! A key is indexed once: one equal to a key indexed already (a token cached anew) takes its
+//! place. Rejections are not indexed: a revocation has nothing to take from them.
 //!
-//! The store tells the index when it drops a key (its eviction listener); a drop that races
-//! with an insert of the same key can leave an entry behind, which at worst evicts a key that
-//! needed no eviction, and [`Index::prune`] sweeps such leftovers once they could matter.
+//! The index keeps itself, without the store's help: a moka eviction listener would make moka
+//! lock every key it removes and call back for each, which is most of what a revocation costs
+//! it. A revocation takes out of the index what it drops from the store. What the store drops
+//! on its own (expired, evicted to make room, replaced by a rejection) stays behind until the
+//! sweep reaches it: every insert looks at the [`SWEEP`] oldest of a queue of the index's keys,
+//! forgets those the store no longer holds and puts the others back at the end. Every key is
+//! looked at once in each pass, and a pass takes fewer inserts than the index holds keys, so
+//! the keys left behind stay within a small multiple of what the store holds and nothing ever
+//! walks the index. A key left behind costs memory and nothing else: a revocation that finds
+//! one drops nothing.
+//!
+//! Every key the store holds as a user is in the index: [`Local::store`] indexes what it stores
+//! right after storing it (and checks the revocation log again once it has); the sweep forgets
+//! a key only when the store holds nothing equal to it, and both it and a revocation forget a
+//! key by identity, never an equal key indexed meanwhile.
+//!
+//! [`Local::store`]: super::local::Local::store
 
-use std::collections::HashSet;
+use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use hashbrown::HashTable;
+use smallvec::SmallVec;
 
 use super::key::{CacheKey, KeyHasher, KeyView};
 
-/// A hash and the key it finds.
-type Entry = (u64, CacheKey);
+/// Keys of the queue each insert looks at.
+const SWEEP: usize = 2;
 
-/// A user's hash and the user's keys.
-type UserEntry = (u64, Vec<CacheKey>);
+/// A token's fingerprint, the key it finds, and the hash of the key's user.
+type TokenEntry = (u64, CacheKey, u64);
+
+/// A user's hash and the user's keys, each with its token's fingerprint. Most users hold one token at a time: theirs lives in the table itself, which
+/// saves a look-up a pointer away, and an allocation, for each.
+type UserEntry = (u64, SmallVec<[(CacheKey, u64); 1]>);
 
 /// Every cached user's key, by user and, with a shared tier, by token fingerprint.
 pub(crate) struct Index {
@@ -40,7 +60,10 @@ struct Tables {
     /// Keys in `by_user`, all users together.
     user_keys: usize,
     /// `None` without a shared tier: nothing names a token without carrying it then.
-    by_token: Option<HashTable<Entry>>,
+    by_token: Option<HashTable<TokenEntry>>,
+    /// Every key indexed, with its user's hash, oldest first, for the sweep; also keys the
+    /// index no longer holds (taken, or replaced by an equal one), dropped when it reaches them.
+    queue: VecDeque<(CacheKey, u64)>,
 }
 
 impl Index {
@@ -51,6 +74,7 @@ impl Index {
                 by_user: HashTable::new(),
                 user_keys: 0,
                 by_token: by_token.then(HashTable::new),
+                queue: VecDeque::new(),
             }),
             users: KeyHasher::default(),
         }
@@ -66,57 +90,92 @@ impl Index {
     }
 
     /// Whether tokens are indexed by fingerprint.
+    #[cfg(test)]
     pub(crate) fn by_token(&self) -> bool {
         self.lock().by_token.is_some()
     }
 
-    /// Indexes `key`, cached for `user`, and by `token` (its fingerprint) when tokens are.
-    pub(crate) fn insert(&self, key: &CacheKey, user: i64, token: u64) {
+    /// Indexes `key`, just stored for `user`, and by `token` (its fingerprint) when tokens are,
+    /// in place of an equal key indexed already; then sweeps, forgetting the keys `held` says
+    /// the store no longer holds (it runs under the index's lock: it must not take it).
+    pub(crate) fn insert(
+        &self,
+        key: &CacheKey,
+        user: i64,
+        token: u64,
+        held: impl Fn(&CacheKey) -> bool,
+    ) {
         let by_user = self.user_hash(key.endpoint().key_hash(), user);
-        let mut tables = self.lock();
-        if insert_for_user(&mut tables.by_user, by_user, key) {
+        let mut guard = self.lock();
+        let tables = &mut *guard;
+        if insert_for_user(&mut tables.by_user, by_user, key, token) {
             tables.user_keys += 1;
         }
         if let Some(by_token) = &mut tables.by_token {
-            insert(by_token, token, key);
+            insert(by_token, token, key, by_user);
         }
+        tables.queue.push_back((key.clone(), by_user));
+        tables.sweep(held);
     }
 
-    /// Forgets `key`, cached for `user` with `token`'s fingerprint: the store dropped it.
-    pub(crate) fn remove(&self, key: &CacheKey, user: i64, token: impl FnOnce() -> u64) {
-        let by_user = self.user_hash(key.endpoint().key_hash(), user);
-        let mut tables = self.lock();
-        let removed = remove_for_user(&mut tables.by_user, by_user, |k| k.same(key));
-        tables.user_keys -= removed;
-        if let Some(by_token) = &mut tables.by_token {
-            remove(by_token, token(), |k| k.same(key));
-        }
-    }
-
-    /// The keys of `user` at the endpoint hashed `endpoint` whose endpoint `at` accepts.
-    pub(crate) fn of_user(
+    /// Takes out of the index, and returns, the keys of `user` at the endpoint hashed
+    /// `endpoint` that `is` picks (it runs under the index's lock: it must not take it): the
+    /// caller drops them from the store.
+    pub(crate) fn take_user(
         &self,
         endpoint: u64,
         user: i64,
-        at: impl Fn(&CacheKey) -> bool,
+        is: impl Fn(&CacheKey) -> bool,
     ) -> Vec<CacheKey> {
         let hash = self.user_hash(endpoint, user);
-        let tables = self.lock();
-        let Some((_, keys)) = tables.by_user.find(hash, |(h, _)| *h == hash) else {
+        let mut guard = self.lock();
+        let tables = &mut *guard;
+        let Ok(mut entry) = tables.by_user.find_entry(hash, |(h, _)| *h == hash) else {
             return Vec::new();
         };
-        keys.iter().filter(|k| at(k)).cloned().collect()
+        let keys = &mut entry.get_mut().1;
+        let mut taken = Vec::new();
+        keys.retain(|(k, token)| {
+            let take = is(k);
+            if take {
+                taken.push((k.clone(), *token));
+            }
+            !take
+        });
+        if keys.is_empty() {
+            entry.remove();
+        }
+        tables.user_keys -= taken.len();
+        if let Some(by_token) = &mut tables.by_token {
+            for (key, token) in &taken {
+                remove(by_token, *token, key);
+            }
+        }
+        taken.into_iter().map(|(k, _)| k).collect()
     }
 
-    /// The keys whose token fingerprint is `token` and that `is` accepts (it checks the whole
-    /// fingerprint); none when tokens are not indexed.
-    pub(crate) fn of_token(&self, token: u64, is: impl Fn(&CacheKey) -> bool) -> Vec<CacheKey> {
-        let tables = self.lock();
-        let Some(by_token) = &tables.by_token else {
-            return Vec::new();
+    /// Takes out of the index, and returns, the keys whose token fingerprint is `token` and
+    /// whose endpoint `at` accepts: the caller drops them from the store. None when tokens are
+    /// not indexed.
+    pub(crate) fn take_token(
+        &self,
+        token: u64,
+        at: impl Fn(&CacheKey) -> bool,
+    ) -> SmallVec<[CacheKey; 1]> {
+        let mut guard = self.lock();
+        let tables = &mut *guard;
+        let Some(by_token) = &mut tables.by_token else {
+            return SmallVec::new();
         };
-        let found = by_token.iter_hash(token).filter(|(h, _)| *h == token);
-        found.map(|(_, k)| k).filter(|k| is(k)).cloned().collect()
+        let mut taken = SmallVec::new();
+        while let Ok(entry) = by_token.find_entry(token, |(h, k, _)| *h == token && at(k)) {
+            let ((_, key, user), _) = entry.remove();
+            if remove_for_user(&mut tables.by_user, user, &key).is_some() {
+                tables.user_keys -= 1;
+            }
+            taken.push(key);
+        }
+        taken
     }
 
     /// Forgets everything: the store was emptied.
@@ -127,95 +186,119 @@ impl Index {
         if let Some(by_token) = &mut tables.by_token {
             by_token.clear();
         }
+        tables.queue.clear();
     }
 
-    /// Entries in the user table: one per cached user entry, plus leftovers.
+    /// Keys in the user table: one per cached user entry, plus those left behind.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.lock().user_keys
     }
+}
 
-    /// Drops the entries whose key `cached` says the store no longer holds: leftovers of drops
-    /// that raced with inserts. Walks the index; the caller makes it rare. `cached` runs
-    /// without the index's lock (it asks the store, whose eviction listener takes it).
-    pub(crate) fn prune(&self, cached: impl Fn(&CacheKey) -> bool) {
-        let keys: Vec<CacheKey> = (self.lock().by_user.iter())
-            .flat_map(|(_, keys)| keys.iter().cloned())
-            .collect();
-        let gone: HashSet<usize> = keys
-            .iter()
-            .filter(|k| !cached(k))
-            .map(CacheKey::id)
-            .collect();
-        if gone.is_empty() {
-            return;
+impl Tables {
+    /// Takes `key` out of `by_user` (under the user hashed `user`) and `by_token`; whether it
+    /// was there.
+    fn forget(&mut self, key: &CacheKey, user: u64) -> bool {
+        let Some(token) = remove_for_user(&mut self.by_user, user, key) else {
+            return false;
+        };
+        self.user_keys -= 1;
+        if let Some(by_token) = &mut self.by_token {
+            remove(by_token, token, key);
         }
-        let mut tables = self.lock();
-        tables.by_user.retain(|(_, keys)| {
-            keys.retain(|k| !gone.contains(&k.id()));
-            !keys.is_empty()
-        });
-        tables.user_keys = tables.by_user.iter().map(|(_, keys)| keys.len()).sum();
-        if let Some(by_token) = &mut tables.by_token {
-            by_token.retain(|(_, k)| !gone.contains(&k.id()));
+        true
+    }
+
+    /// Whether `key` (this very key) is indexed under the user hashed `user`.
+    fn holds(&self, key: &CacheKey, user: u64) -> bool {
+        self.by_user
+            .find(user, |(h, _)| *h == user)
+            .is_some_and(|(_, keys)| keys.iter().any(|(k, _)| k.same(key)))
+    }
+
+    /// Looks at the [`SWEEP`] oldest keys of the queue: drops those the index no longer
+    /// holds, forgets those the store no longer holds, and puts the others back at the end.
+    fn sweep(&mut self, held: impl Fn(&CacheKey) -> bool) {
+        for _ in 0..SWEEP {
+            let Some((key, user)) = self.queue.pop_front() else {
+                return;
+            };
+            if !self.holds(&key, user) {
+                continue;
+            }
+            if held(&key) {
+                self.queue.push_back((key, user));
+            } else {
+                self.forget(&key, user);
+            }
         }
     }
 }
 
-/// Adds `key` to the user hashed `hash`, unless that very key is there already; whether it
-/// added it.
-fn insert_for_user(table: &mut HashTable<UserEntry>, hash: u64, key: &CacheKey) -> bool {
-    match table.find_mut(hash, |(h, _)| *h == hash) {
-        Some((_, keys)) if keys.iter().any(|k| k.same(key)) => false,
-        Some((_, keys)) => {
-            keys.push(key.clone());
-            true
-        }
-        None => {
-            table.insert_unique(hash, (hash, vec![key.clone()]), |(h, _)| *h);
-            true
-        }
-    }
-}
-
-/// Removes the keys `is` picks from the user hashed `hash`, and the user with its last key;
-/// how many it removed.
-fn remove_for_user(
+/// Adds `key`, of fingerprint `token`, to the user hashed `hash`, in place of an equal key
+/// there already; whether the user has one key more.
+fn insert_for_user(
     table: &mut HashTable<UserEntry>,
     hash: u64,
-    is: impl Fn(&CacheKey) -> bool,
-) -> usize {
+    key: &CacheKey,
+    token: u64,
+) -> bool {
+    match table.find_mut(hash, |(h, _)| *h == hash) {
+        // The fingerprint first: a user may hold thousands of keys, each a pointer away.
+        Some((_, keys)) => match keys.iter_mut().find(|(k, t)| *t == token && k == key) {
+            Some(equal) => {
+                *equal = (key.clone(), token);
+                false
+            }
+            None => {
+                keys.push((key.clone(), token));
+                true
+            }
+        },
+        None => {
+            let keys = smallvec::smallvec![(key.clone(), token)];
+            table.insert_unique(hash, (hash, keys), |(h, _)| *h);
+            true
+        }
+    }
+}
+
+/// Removes `key` (this very key) from the user hashed `hash`, and the user with its last key;
+/// the key's fingerprint, or `None` when the user did not have it.
+fn remove_for_user(table: &mut HashTable<UserEntry>, hash: u64, key: &CacheKey) -> Option<u64> {
     let Ok(mut entry) = table.find_entry(hash, |(h, _)| *h == hash) else {
-        return 0;
+        return None;
     };
     let keys = &mut entry.get_mut().1;
-    let before = keys.len();
-    keys.retain(|k| !is(k));
-    let removed = before - keys.len();
+    let at = keys.iter().position(|(k, _)| k.same(key))?;
+    let (_, token) = keys.swap_remove(at);
     if keys.is_empty() {
         entry.remove();
     }
-    removed
+    Some(token)
 }
 
-/// Adds `key` under `hash`, unless that very key is there already.
-fn insert(table: &mut HashTable<Entry>, hash: u64, key: &CacheKey) {
-    if table
-        .find(hash, |(h, k)| *h == hash && k.same(key))
-        .is_none()
-    {
-        table.insert_unique(hash, (hash, key.clone()), |(h, _)| *h);
+/// Adds `key`, of the user hashed `user`, under `hash`, in place of an equal key there already.
+fn insert(table: &mut HashTable<TokenEntry>, hash: u64, key: &CacheKey, user: u64) {
+    match table.find_mut(hash, |(h, k, _)| *h == hash && k == key) {
+        Some(equal) => *equal = (hash, key.clone(), user),
+        None => {
+            table.insert_unique(hash, (hash, key.clone(), user), |(h, _, _)| *h);
+        }
     }
 }
 
-/// Removes every entry under `hash` whose key `is` picks.
-fn remove(table: &mut HashTable<Entry>, hash: u64, is: impl Fn(&CacheKey) -> bool) {
-    while let Ok(entry) = table.find_entry(hash, |(h, k)| *h == hash && is(k)) {
+/// Removes `key`'s (this very key's) entry under `hash`.
+fn remove(table: &mut HashTable<TokenEntry>, hash: u64, key: &CacheKey) {
+    if let Ok(entry) = table.find_entry(hash, |(h, k, _)| *h == hash && k.same(key)) {
         entry.remove();
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
     use std::sync::Arc;
 
     use super::*;
@@ -225,66 +308,146 @@ mod tests {
         CacheKey::new(endpoint.clone(), token)
     }
 
-    #[test]
-    fn a_users_keys_are_found_by_user_and_a_token_by_fingerprint() {
-        let a = Arc::new(Endpoint::parse("https://a.example", false).unwrap());
-        let b = Arc::new(Endpoint::parse("https://b.example", false).unwrap());
-        let index = Index::new(true);
-        let (k1, k2, k3) = (key(&a, "t1"), key(&a, "t2"), key(&b, "t3"));
-        index.insert(&k1, 7, 101);
-        index.insert(&k2, 7, 102);
-        index.insert(&k3, 7, 103);
-        index.insert(&k1, 7, 101);
-        let at_a = |k: &CacheKey| k.endpoint().as_str() == a.as_str();
-        let found = index.of_user(a.key_hash(), 7, at_a);
-        assert_eq!(found.len(), 2, "each key once, only at endpoint a");
-        assert!(found.iter().any(|k| k.same(&k1)) && found.iter().any(|k| k.same(&k2)));
-        assert!(index.of_user(a.key_hash(), 8, at_a).is_empty());
-        assert!(index.of_token(102, |_| true)[0].same(&k2));
+    fn endpoint(url: &str) -> Arc<Endpoint> {
+        Arc::new(Endpoint::parse(url, false).unwrap())
+    }
 
-        index.remove(&k2, 7, || 102);
-        assert!(index.of_token(102, |_| true).is_empty());
-        assert_eq!(index.of_user(a.key_hash(), 7, at_a).len(), 1);
-        index.prune(|k| !k.same(&k1));
-        assert_eq!(index.len(), 1, "only k3 left");
+    /// A store that holds everything.
+    fn all(_: &CacheKey) -> bool {
+        true
+    }
+
+    /// The keys indexed for `user` at `endpoint`, left in place.
+    fn keys_of(index: &Index, endpoint: &Endpoint, user: i64) -> Vec<CacheKey> {
+        let hash = index.user_hash(endpoint.key_hash(), user);
+        let tables = index.lock();
+        let found = tables.by_user.find(hash, |(h, _)| *h == hash);
+        found.map_or_else(Vec::new, |(_, keys)| {
+            keys.iter().map(|(k, _)| k.clone()).collect()
+        })
     }
 
     #[test]
-    fn a_user_with_thousands_of_tokens_keeps_one_entry_and_loses_them_one_by_one() {
-        let a = Arc::new(Endpoint::parse("https://a.example", false).unwrap());
+    fn a_users_keys_are_found_by_user_and_a_token_by_fingerprint() {
+        let (a, b) = (endpoint("https://a.example"), endpoint("https://b.example"));
         let index = Index::new(true);
-        let keys: Vec<CacheKey> = (0..4096).map(|i| key(&a, &format!("t{i}"))).collect();
-        for (i, k) in keys.iter().enumerate() {
-            index.insert(k, 7, i as u64);
-        }
-        assert_eq!(index.len(), 4096);
-        assert_eq!(index.lock().by_user.len(), 1, "one entry for the user");
-        for (i, k) in keys.iter().enumerate().step_by(2) {
-            index.remove(k, 7, || i as u64);
-        }
-        assert_eq!(index.len(), 2048);
-        let left = index.of_user(a.key_hash(), 7, |_| true);
-        assert_eq!(left.len(), 2048);
-        assert!(left
-            .iter()
-            .all(|k| keys.iter().skip(1).step_by(2).any(|o| o.same(k))));
-        for (i, k) in keys.iter().enumerate().skip(1).step_by(2) {
-            index.remove(k, 7, || i as u64);
-        }
-        assert_eq!(index.len(), 0);
+        let (k1, k2, k3) = (key(&a, "t1"), key(&a, "t2"), key(&b, "t3"));
+        index.insert(&k1, 7, 101, all);
+        index.insert(&k2, 7, 102, all);
+        index.insert(&k3, 7, 103, all);
+        index.insert(&k1, 7, 101, all);
+        let at_a = |k: &CacheKey| k.endpoint().as_str() == a.as_str();
+        let found = keys_of(&index, &a, 7);
+        assert_eq!(found.len(), 2, "each key once, only at endpoint a");
+        assert!(found.iter().any(|k| k.same(&k1)) && found.iter().any(|k| k.same(&k2)));
+        assert!(keys_of(&index, &a, 8).is_empty());
+
+        let taken = index.take_token(102, at_a);
+        assert!(taken.len() == 1 && taken[0].same(&k2));
+        assert!(index.take_token(102, at_a).is_empty(), "taken once");
+        assert_eq!(keys_of(&index, &a, 7).len(), 1);
+        assert!(index.take_token(103, at_a).is_empty(), "k3 is at b");
+        let taken = index.take_user(a.key_hash(), 7, |k| k.same(&k1));
+        assert!(taken.len() == 1 && taken[0].same(&k1));
+        assert_eq!(index.len(), 1, "only k3 left");
         assert!(
-            index.lock().by_user.is_empty(),
-            "the user went with its last key"
+            index.take_token(101, at_a).is_empty(),
+            "k1 went from both tables"
         );
     }
 
     #[test]
+    fn a_token_cached_anew_takes_its_old_keys_place() {
+        let a = endpoint("https://a.example");
+        let index = Index::new(true);
+        let (old, new) = (key(&a, "t1"), key(&a, "t1"));
+        index.insert(&old, 7, 101, all);
+        index.insert(&new, 7, 101, all);
+        assert_eq!(index.len(), 1);
+        let found = keys_of(&index, &a, 7);
+        assert!(found.len() == 1 && found[0].same(&new));
+        // Taking the old key (as a sweep or revocation that saw it would) leaves the new one.
+        assert!(index
+            .take_user(a.key_hash(), 7, |k| k.same(&old))
+            .is_empty());
+        assert_eq!(index.len(), 1);
+        let taken = index.take_token(101, all);
+        assert!(taken.len() == 1 && taken[0].same(&new));
+        assert_eq!(index.len(), 0);
+    }
+
+    #[test]
+    fn a_user_with_thousands_of_tokens_keeps_one_entry_and_loses_them_as_taken() {
+        let a = endpoint("https://a.example");
+        let b = endpoint("https://b.example");
+        let index = Index::new(true);
+        let keys: Vec<CacheKey> = (0..4096).map(|i| key(&a, &format!("t{i}"))).collect();
+        for (i, k) in keys.iter().enumerate() {
+            index.insert(k, 7, i as u64, all);
+        }
+        index.insert(&key(&b, "elsewhere"), 7, 5000, all);
+        assert_eq!(index.len(), 4097);
+        for (i, k) in keys.iter().enumerate().step_by(2) {
+            assert_eq!(index.take_user(a.key_hash(), 7, |o| o.same(k)).len(), 1);
+            assert!(index.take_token(i as u64, all).is_empty());
+        }
+        assert_eq!(index.len(), 2049);
+        let at_a = |k: &CacheKey| k.endpoint().as_str() == a.as_str();
+        let taken = index.take_user(a.key_hash(), 7, at_a);
+        assert_eq!(taken.len(), 2048);
+        assert!(taken
+            .iter()
+            .all(|k| keys.iter().skip(1).step_by(2).any(|o| o.same(k))));
+        assert_eq!(index.len(), 1, "only b's key, under another user hash");
+        assert!(
+            index.take_token(1, all).is_empty(),
+            "taken from both tables"
+        );
+        assert_eq!(index.take_user(b.key_hash(), 7, all).len(), 1);
+        assert!(
+            index.lock().by_user.is_empty(),
+            "the users went with their last keys"
+        );
+    }
+
+    #[test]
+    fn the_sweep_forgets_what_the_store_dropped_on_its_own_and_keeps_what_it_holds() {
+        let a = endpoint("https://a.example");
+        let index = Index::new(true);
+        // A store of 100 keys that drops its oldest as each new one comes.
+        let mut held: VecDeque<CacheKey> = VecDeque::new();
+        let mut every: Vec<CacheKey> = Vec::new();
+        for i in 0..10_000u64 {
+            let k = key(&a, &format!("t{i}"));
+            held.push_back(k.clone());
+            if held.len() > 100 {
+                held.pop_front();
+            }
+            let now: HashSet<usize> = held.iter().map(CacheKey::id).collect();
+            index.insert(&k, i as i64 % 50, i, |k| now.contains(&k.id()));
+            every.push(k);
+            assert!(
+                index.len() <= 300,
+                "{} keys indexed for 100 held",
+                index.len()
+            );
+        }
+        for (i, k) in every.iter().enumerate().rev().take(100) {
+            let found = index.take_token(i as u64, all);
+            assert!(
+                found.len() == 1 && found[0].same(k),
+                "a held key is never forgotten"
+            );
+        }
+    }
+
+    #[test]
     fn without_a_shared_tier_tokens_are_not_indexed() {
-        let a = Arc::new(Endpoint::parse("https://a.example", false).unwrap());
+        let a = endpoint("https://a.example");
         let index = Index::new(false);
-        index.insert(&key(&a, "t1"), 7, 101);
+        index.insert(&key(&a, "t1"), 7, 101, all);
         assert!(!index.by_token());
-        assert!(index.of_token(101, |_| true).is_empty());
-        assert_eq!(index.of_user(a.key_hash(), 7, |_| true).len(), 1);
+        assert!(index.take_token(101, all).is_empty());
+        assert_eq!(keys_of(&index, &a, 7).len(), 1);
     }
 }

@@ -7,7 +7,6 @@
 //! fingerprint in the index when it comes from another node without the token; a user's or a
 //! session's tokens are found by the user in the index. Nothing walks the store.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::broadcast;
@@ -26,9 +25,6 @@ use crate::user::User;
 /// the shared tier's HMAC (the same on every node), or of this process's own keyed hash.
 pub(crate) type Fingerprint = Arc<dyn Fn(&Endpoint, &[u8]) -> u64 + Send + Sync>;
 
-/// How often, in stored users, the index is checked for leftovers.
-const PRUNE_EVERY: u64 = 4096;
-
 /// The local tier and what must reach it from elsewhere: shared with the shared tier's
 /// subscriber, which applies other nodes' invalidations to it.
 pub(crate) struct Local {
@@ -43,8 +39,6 @@ pub(crate) struct Local {
     fingerprint: Fingerprint,
     /// Where every invalidation applied here is told, local or remote.
     revocations: Revocations,
-    /// Users stored so far, to pace [`Index::prune`].
-    stored: AtomicU64,
 }
 
 /// What a revocation names, as [`Local::revoke`] applies it.
@@ -55,13 +49,15 @@ pub(crate) enum Target<'a> {
         endpoint: &'a Endpoint,
         token: &'a str,
     },
-    /// One token, by fingerprint only (from another node): found in the index; `is` checks
-    /// a candidate key's whole fingerprint.
+    /// One token, by fingerprint only (from another node): found in the index. The
+    /// fingerprint is 64 bits of a MAC keyed with the tier's secret, which nobody without it
+    /// can aim at a token; should another cached token share it anyway (a chance of about
+    /// the entries cached in 2^64), both are dropped, which costs a look-up and admits nobody.
+    /// No MAC is computed to apply one.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     Fingerprint {
         endpoint: &'a Endpoint,
         fingerprint: u64,
-        is: &'a (dyn Fn(&CacheKey) -> bool + Sync),
     },
     /// Every token of one user.
     User { endpoint: &'a Endpoint, user: i64 },
@@ -74,8 +70,8 @@ pub(crate) enum Target<'a> {
 }
 
 impl Local {
-    /// An empty tier: `store` built with [`Local::dropping`]'s listener over `index`, and each
-    /// revocation remembered for `horizon` (longer than any look-up lasts).
+    /// An empty tier over an empty `store` and `index`, each revocation remembered for
+    /// `horizon` (longer than any look-up lasts).
     pub(super) fn new(
         store: Store,
         index: Arc<Index>,
@@ -88,18 +84,6 @@ impl Local {
             log: RevocationLog::new(horizon),
             fingerprint,
             revocations: Revocations::new(),
-            stored: AtomicU64::new(0),
-        }
-    }
-
-    /// What the store's eviction listener does: takes a dropped user's key out of `index`.
-    pub(super) fn dropping(
-        index: &Arc<Index>,
-        fingerprint: &Fingerprint,
-    ) -> impl Fn(&CacheKey, i64) + Clone + Send + Sync + 'static {
-        let (index, fingerprint) = (index.clone(), fingerprint.clone());
-        move |key: &CacheKey, user: i64| {
-            index.remove(key, user, || fingerprint(key.endpoint(), key.token()));
         }
     }
 
@@ -185,13 +169,9 @@ impl Local {
         let key = CacheKey::new(endpoint.clone(), token);
         self.store.insert(key.clone(), cached);
         if let Cached::User { user, .. } = cached {
-            let fingerprint = if self.index.by_token() {
-                (self.fingerprint)(endpoint, token.as_bytes())
-            } else {
-                0
-            };
-            self.index.insert(&key, user.id, fingerprint);
-            self.prune_now_and_then();
+            let fingerprint = (self.fingerprint)(endpoint, token.as_bytes());
+            let held = |key: &CacheKey| self.store.holds_user(key as &dyn KeyView);
+            self.index.insert(&key, user.id, fingerprint, held);
         }
         // A revocation between the check and the index may have looked for the entry before it
         // was there: look again, and take the entry back if one came.
@@ -206,6 +186,13 @@ impl Local {
     /// Drops what `target` names, remembers the revocation for look-ups in flight, and tells
     /// the subscribers `revocation`.
     pub(crate) fn revoke(&self, target: Target<'_>, revocation: Revocation) {
+        self.drop_named(target);
+        self.tell([revocation]);
+    }
+
+    /// Drops what `target` names and remembers the revocation for look-ups in flight; telling
+    /// the subscribers is the caller's ([`tell`](Self::tell)).
+    pub(crate) fn drop_named(&self, target: Target<'_>) {
         match target {
             Target::Token { endpoint, token } => {
                 let fingerprint = (self.fingerprint)(endpoint, token.as_bytes());
@@ -213,21 +200,24 @@ impl Local {
                     endpoint: endpoint.key_hash(),
                     token: fingerprint,
                 }));
+                // Without a shared tier tokens are not indexed: the key stays in the index
+                // until the sweep finds it gone.
+                let at = |key: &CacheKey| key.endpoint().as_str() == endpoint.as_str();
+                drop(self.index.take_token(fingerprint, at));
                 self.store
                     .invalidate_held(&KeyRef { endpoint, token } as &dyn KeyView);
             }
             Target::Fingerprint {
                 endpoint,
                 fingerprint,
-                is,
             } => {
                 self.log.record(Some(Named::Token {
                     endpoint: endpoint.key_hash(),
                     token: fingerprint,
                 }));
-                let at = |key: &CacheKey| key.endpoint().as_str() == endpoint.as_str() && is(key);
-                for key in self.index.of_token(fingerprint, at) {
-                    self.store.invalidate_held(&key as &dyn KeyView);
+                let at = |key: &CacheKey| key.endpoint().as_str() == endpoint.as_str();
+                for key in self.index.take_token(fingerprint, at) {
+                    self.store.invalidate_user(&key as &dyn KeyView);
                 }
             }
             Target::User { endpoint, user } => {
@@ -235,8 +225,9 @@ impl Local {
                     endpoint: endpoint.key_hash(),
                     user,
                 }));
-                for key in self.keys_of(endpoint, user) {
-                    self.store.invalidate_held(&key as &dyn KeyView);
+                let at = |key: &CacheKey| key.endpoint().as_str() == endpoint.as_str();
+                for key in self.index.take_user(endpoint.key_hash(), user, at) {
+                    self.store.invalidate_user(&key as &dyn KeyView);
                 }
             }
             Target::Session {
@@ -248,35 +239,41 @@ impl Local {
                     endpoint: endpoint.key_hash(),
                     session: session_hash(session),
                 }));
-                for key in self.keys_of(endpoint, user) {
-                    if self
-                        .store
-                        .user(&key)
-                        .is_some_and(|u| u.session() == Some(session))
-                    {
-                        self.store.invalidate_held(&key as &dyn KeyView);
-                    }
+                // Keys the store no longer holds go too: they were left behind.
+                let is = |key: &CacheKey| {
+                    key.endpoint().as_str() == endpoint.as_str()
+                        && (self.store.user(key)).is_none_or(|u| u.session() == Some(session))
+                };
+                for key in self.index.take_user(endpoint.key_hash(), user, is) {
+                    self.store.invalidate_user(&key as &dyn KeyView);
                 }
             }
         }
-        self.publish_entries();
-        self.revocations.publish(revocation);
     }
 
     /// Drops everything, remembers it for look-ups in flight, and tells the subscribers
     /// `revocation` ([`Revocation::All`], or a re-check when revocations may have been missed).
     pub(crate) fn revoke_all(&self, revocation: Revocation) {
+        self.drop_all();
+        self.tell([revocation]);
+    }
+
+    /// Drops everything and remembers it for look-ups in flight; telling the subscribers is the
+    /// caller's.
+    pub(crate) fn drop_all(&self) {
         self.log.record(None);
         self.store.invalidate_all();
         self.index.clear();
-        self.publish_entries();
-        self.revocations.publish(revocation);
     }
 
-    /// The cached keys of `user` at `endpoint`.
-    fn keys_of(&self, endpoint: &Endpoint, user: i64) -> Vec<CacheKey> {
-        let at = |key: &CacheKey| key.endpoint().as_str() == endpoint.as_str();
-        self.index.of_user(endpoint.key_hash(), user, at)
+    /// Tells the subscribers `revocations`, applied already, in order. Applying a batch first
+    /// and telling it in one go wakes a subscriber that keeps up once for the batch rather than
+    /// once for each (a wake-up is a system call when it sleeps on another thread).
+    pub(crate) fn tell(&self, revocations: impl IntoIterator<Item = Revocation>) {
+        self.publish_entries();
+        for revocation in revocations {
+            self.revocations.publish(revocation);
+        }
     }
 
     /// A subscriber to every revocation from now on.
@@ -288,20 +285,6 @@ impl Local {
     pub(super) fn entries(&self) -> u64 {
         self.store.run_pending_tasks();
         self.store.entry_count()
-    }
-
-    /// Once in [`PRUNE_EVERY`] stored users, drops the index's leftovers if it has grown past
-    /// twice the store (see [`Index::prune`]).
-    fn prune_now_and_then(&self) {
-        if self.stored.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY != PRUNE_EVERY - 1 {
-            return;
-        }
-        self.store.run_pending_tasks();
-        let held = usize::try_from(self.store.entry_count()).unwrap_or(usize::MAX);
-        if self.index.len() > held.saturating_mul(2) + PRUNE_EVERY as usize {
-            self.index
-                .prune(|key| self.store.contains_key(key as &dyn KeyView));
-        }
     }
 
     fn publish_entries(&self) {

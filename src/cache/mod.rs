@@ -93,7 +93,6 @@ impl Tiers {
             settings.cache_ttl,
             settings.negative_ttl,
             settings.stale_for,
-            Local::dropping(&index, &fingerprint),
         );
         let local = Arc::new(Local::new(store, index, fingerprint, settings.horizon));
         Ok(Tiers { local, shared })

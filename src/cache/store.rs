@@ -6,8 +6,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use moka::notification::RemovalCause;
-
 use super::entry::{Cached, Deadline, Lookup, Verdict};
 use super::key::{CacheKey, KeyHasher, KeyRef, KeyView};
 use crate::user::User;
@@ -52,25 +50,16 @@ fn at_least(ttl: Duration) -> Duration {
     ttl.max(Duration::from_millis(1))
 }
 
-/// One of the three caches: at most `capacity` entries, each kept `ttl`; `dropped` hears of
-/// every entry the cache drops (expired, evicted, invalidated), not of one replaced by a new
-/// value for its key.
-fn moka_cache<V>(
-    capacity: u64,
-    ttl: Duration,
-    dropped: impl Fn(&CacheKey, V) + Send + Sync + 'static,
-) -> moka::sync::Cache<CacheKey, V, KeyHasher>
+/// One of the three caches: at most `capacity` entries, each kept `ttl`. No eviction
+/// listener: the index keeps itself (see `index`), and a listener would make moka lock every
+/// key it removes.
+fn moka_cache<V>(capacity: u64, ttl: Duration) -> moka::sync::Cache<CacheKey, V, KeyHasher>
 where
     V: Clone + Send + Sync + 'static,
 {
     moka::sync::Cache::builder()
         .max_capacity(capacity)
         .time_to_live(at_least(ttl))
-        .eviction_listener(move |key: Arc<CacheKey>, value, cause| {
-            if cause != RemovalCause::Replaced {
-                dropped(&key, value);
-            }
-        })
         .build_with_hasher(KeyHasher::default())
 }
 
@@ -90,26 +79,17 @@ struct Rejection {
 
 impl Store {
     /// Users kept for `cache_ttl` (plus `stale_for` past their freshness), rejections for
-    /// `negative_ttl`, at most `capacity` in each of the three caches. `dropped` hears of every
-    /// user the store drops, with its key (for the index).
+    /// `negative_ttl`, at most `capacity` in each of the three caches.
     pub(crate) fn new(
         capacity: u64,
         cache_ttl: Duration,
         negative_ttl: Duration,
         stale_for: Duration,
-        dropped: impl Fn(&CacheKey, i64) + Clone + Send + Sync + 'static,
     ) -> Store {
-        let timed_dropped = dropped.clone();
         Store {
-            lasting: moka_cache(capacity, cache_ttl, move |key, user: Arc<User>| {
-                dropped(key, user.id)
-            }),
-            timed: moka_cache(
-                capacity,
-                cache_ttl.saturating_add(stale_for),
-                move |key, entry: TimedUser| timed_dropped(key, entry.user.id),
-            ),
-            rejections: moka_cache(capacity, negative_ttl, |_, _| {}),
+            lasting: moka_cache(capacity, cache_ttl),
+            timed: moka_cache(capacity, cache_ttl.saturating_add(stale_for)),
+            rejections: moka_cache(capacity, negative_ttl),
             lasting_ttl: at_least(cache_ttl),
             stale_for,
         }
@@ -153,6 +133,11 @@ impl Store {
         self.lasting
             .get(key)
             .or_else(|| self.timed.get(key).map(|entry| entry.user))
+    }
+
+    /// Whether `key` is held as a user, fresh or not; records no read.
+    pub(crate) fn holds_user(&self, key: &dyn KeyView) -> bool {
+        self.lasting.contains_key(key) || self.timed.contains_key(key)
     }
 
     /// Whether any of the caches holds `key`; records no read.
@@ -220,6 +205,15 @@ impl Store {
         }
     }
 
+    /// [`invalidate_held`](Self::invalidate_held) for a key the index found: a user, so in
+    /// `lasting` or `timed` (a key is in one cache at most), and usually in `lasting`, which
+    /// is tried without a probe first.
+    pub(crate) fn invalidate_user(&self, key: &dyn KeyView) {
+        if self.lasting.remove(key).is_none() && self.timed.contains_key(key) {
+            self.timed.invalidate(key);
+        }
+    }
+
     /// Drops every answer.
     pub(crate) fn invalidate_all(&self) {
         self.lasting.invalidate_all();
@@ -272,7 +266,6 @@ mod tests {
             Duration::from_secs(60),
             Duration::from_secs(5),
             stale_for,
-            |_, _| {},
         )
     }
 
@@ -443,7 +436,6 @@ mod tests {
             Duration::from_secs(60),
             Duration::from_millis(50),
             Duration::ZERO,
-            |_, _| {},
         );
         cache.insert(
             key("https://a.example", "no"),

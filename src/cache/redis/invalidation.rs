@@ -8,21 +8,22 @@
 //! for as long as any answer it is about can live: a lost one would leave other nodes serving
 //! what was revoked.
 
-use hmac::Hmac;
+use std::borrow::Cow;
+
 use redis::RedisResult;
-use sha2::Sha256;
 
 use super::conn::Conn;
-use super::entry::{fingerprint_of, session_digest, token_digest, user_digest, SharedEntry};
+use super::entry::{fingerprint_of, session_digest, user_digest, SharedEntry};
 use super::scripts::UserKeys;
 use super::{Core, SharedCache};
 use crate::auth_url::Endpoint;
 use crate::cache::local::{Local, Target};
-use crate::cache::{CacheKey, KeyView, Revocation, TokenFingerprint};
+use crate::cache::{Revocation, TokenFingerprint};
 use crate::telemetry::{self, Scope};
 
-/// A revocation as the stream carries it, for every node to apply locally.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+/// A revocation as the stream carries it, for every node to apply locally: a JSON object,
+/// `{"node": .., "op": .., ...}` with the fields of its `op` (see [`Revoked`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub(super) struct Message {
     /// The node that made it, in hex: its own reader skips it.
     pub(super) node: String,
@@ -31,8 +32,60 @@ pub(super) struct Message {
     pub(super) what: Revoked,
 }
 
+impl Message {
+    /// What the message `json` holds revokes, unless `node` made it itself: a reader skips
+    /// those without building them. `Err` for one that is not a revocation.
+    pub(super) fn read(json: &[u8], node: &str) -> Result<Option<Revoked>, serde_json::Error> {
+        let wire: Wire<'_> = serde_json::from_slice(json)?;
+        if wire.node == node {
+            return Ok(None);
+        }
+        let endpoint = || wire.endpoint.as_deref().map(str::to_owned);
+        let missing = || serde::de::Error::custom(format!("an incomplete {:?} message", wire.op));
+        let what = match &*wire.op {
+            "token" => Revoked::Token {
+                endpoint: endpoint().ok_or_else(missing)?,
+                digest: wire.digest.as_deref().ok_or_else(missing)?.to_owned(),
+            },
+            "user" => Revoked::User {
+                endpoint: endpoint().ok_or_else(missing)?,
+                user_id: wire.user_id.ok_or_else(missing)?,
+            },
+            "session" => Revoked::Session {
+                endpoint: endpoint().ok_or_else(missing)?,
+                user_id: wire.user_id.ok_or_else(missing)?,
+                session: wire.session.as_deref().ok_or_else(missing)?.to_owned(),
+            },
+            "all" => Revoked::All {
+                generation: wire.generation.ok_or_else(missing)?,
+            },
+            op => return Err(serde::de::Error::custom(format!("no op {op:?}"))),
+        };
+        Ok(Some(what))
+    }
+}
+
+/// A [`Message`] as read: every field any `op` has, borrowed where the JSON has no escapes.
+/// Read flat rather than through `#[serde(flatten)]`, which buffers the whole object first:
+/// every node reads every revocation.
+#[derive(serde::Deserialize)]
+struct Wire<'a> {
+    #[serde(borrow)]
+    node: Cow<'a, str>,
+    #[serde(borrow)]
+    op: Cow<'a, str>,
+    #[serde(borrow)]
+    endpoint: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    digest: Option<Cow<'a, str>>,
+    user_id: Option<i64>,
+    #[serde(borrow)]
+    session: Option<Cow<'a, str>>,
+    generation: Option<u64>,
+}
+
 /// What a [`Message`] revokes.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub(super) enum Revoked {
     /// One token at one endpoint, named by its digest (never the token).
@@ -60,10 +113,12 @@ impl Revoked {
         }
     }
 
-    /// Applies another node's revocation to this node's local tier, which tells the local
-    /// subscribers; `at` is [`endpoint`](Self::endpoint) parsed (the reader keeps the few it
-    /// sees parsed).
-    pub(super) fn apply(self, at: Option<&Endpoint>, local: &Local, mac: &Hmac<Sha256>) {
+    /// Applies another node's revocation to this node's local tier: drops what it names and
+    /// remembers it for look-ups in flight. What to tell the local subscribers, which the
+    /// reader does once it has applied a whole read (see [`Local::tell`]); `None` for a
+    /// revocation naming nothing usable. `at` is [`endpoint`](Self::endpoint) parsed (the
+    /// reader keeps the few it sees parsed).
+    pub(super) fn apply(self, at: Option<&Endpoint>, local: &Local) -> Option<Revocation> {
         let scope = match &self {
             Revoked::Token { .. } => Scope::Token,
             Revoked::User { .. } => Scope::User,
@@ -72,28 +127,28 @@ impl Revoked {
         };
         telemetry::count_invalidation(scope, "remote");
         if self.endpoint().is_some() && at.is_none() {
-            return tracing::warn!("ignoring a revocation naming no usable endpoint");
+            tracing::warn!("ignoring a revocation naming no usable endpoint");
+            return None;
         }
         match (self, at) {
             (Revoked::Token { endpoint, digest }, Some(at)) => {
                 let Some(fingerprint) = fingerprint_of(&digest) else {
-                    return tracing::warn!("ignoring a revocation naming no usable token");
+                    tracing::warn!("ignoring a revocation naming no usable token");
+                    return None;
                 };
-                let is = |key: &CacheKey| token_digest(mac, at.as_str(), key.token()) == digest;
-                let target = Target::Fingerprint {
+                local.drop_named(Target::Fingerprint {
                     endpoint: at,
                     fingerprint,
-                    is: &is,
-                };
-                let token = TokenFingerprint::from_digest(digest.clone());
-                local.revoke(target, Revocation::Token { endpoint, token });
+                });
+                let token = TokenFingerprint::from_digest(digest);
+                Some(Revocation::Token { endpoint, token })
             }
             (Revoked::User { endpoint, user_id }, Some(at)) => {
-                let target = Target::User {
+                local.drop_named(Target::User {
                     endpoint: at,
                     user: user_id,
-                };
-                local.revoke(target, Revocation::User { endpoint, user_id });
+                });
+                Some(Revocation::User { endpoint, user_id })
             }
             (
                 Revoked::Session {
@@ -103,19 +158,21 @@ impl Revoked {
                 },
                 Some(at),
             ) => {
-                let target = Target::Session {
+                local.drop_named(Target::Session {
                     endpoint: at,
                     user: user_id,
                     session: &session,
-                };
-                let revocation = Revocation::Session {
+                });
+                Some(Revocation::Session {
                     endpoint,
                     user_id,
-                    session: session.clone(),
-                };
-                local.revoke(target, revocation);
+                    session,
+                })
             }
-            _ => local.revoke_all(Revocation::All),
+            _ => {
+                local.drop_all();
+                Some(Revocation::All)
+            }
         }
     }
 }
@@ -274,7 +331,7 @@ impl Core {
     /// Tells every node `what` on the stream, which keeps the last `stream_len` revocations.
     async fn tell(&self, conn: &mut Conn, what: Revoked) -> RedisResult<()> {
         let message = Message {
-            node: format!("{:016x}", self.node),
+            node: self.node_id(),
             what,
         };
         let payload = serde_json::to_string(&message).unwrap_or_default();
@@ -288,5 +345,62 @@ impl Core {
             .arg(payload)
             .query_async::<()>(conn)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_kind() -> Vec<Revoked> {
+        let endpoint = "https://a.example/api/user".to_owned();
+        vec![
+            Revoked::Token {
+                endpoint: endpoint.clone(),
+                digest: "00ff".repeat(16),
+            },
+            Revoked::User {
+                endpoint: endpoint.clone(),
+                user_id: -7,
+            },
+            Revoked::Session {
+                endpoint,
+                user_id: 7,
+                session: "s\"1\\é".to_owned(),
+            },
+            Revoked::All { generation: 3 },
+        ]
+    }
+
+    #[test]
+    fn every_kind_of_message_reads_back_as_written_and_a_nodes_own_are_skipped() {
+        for what in every_kind() {
+            let message = Message {
+                node: "00000000000000aa".to_owned(),
+                what,
+            };
+            let json = serde_json::to_vec(&message).unwrap();
+            let read = Message::read(&json, "00000000000000bb").unwrap();
+            assert_eq!(read.as_ref(), Some(&message.what));
+            assert_eq!(Message::read(&json, "00000000000000aa").unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn messages_missing_their_fields_or_of_unknown_ops_are_errors_and_extra_fields_are_not() {
+        for json in [
+            r#"{"node":"a","op":"token","endpoint":"e"}"#,
+            r#"{"node":"a","op":"user","endpoint":"e"}"#,
+            r#"{"node":"a","op":"session","endpoint":"e","user_id":1}"#,
+            r#"{"node":"a","op":"all"}"#,
+            r#"{"node":"a","op":"everything","generation":1}"#,
+            r#"{"op":"all","generation":1}"#,
+            r#"["node","a"]"#,
+        ] {
+            assert!(Message::read(json.as_bytes(), "b").is_err(), "{json}");
+        }
+        let newer = r#"{"node":"a","op":"user","endpoint":"e","user_id":1,"reason":"ban"}"#;
+        let read = Message::read(newer.as_bytes(), "b").unwrap().unwrap();
+        assert!(matches!(read, Revoked::User { user_id: 1, .. }));
     }
 }

@@ -109,6 +109,11 @@ impl Core {
         Some(self.generation.load(Ordering::Acquire)).filter(|&g| g != UNKNOWN)
     }
 
+    /// This node as its messages name it, in hex.
+    fn node_id(&self) -> String {
+        format!("{:016x}", self.node)
+    }
+
     /// A tombstone's lifetime, in milliseconds.
     fn tombstone_ms(&self) -> u64 {
         self.tombstone_ttl.as_millis().max(1) as u64
