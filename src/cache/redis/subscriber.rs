@@ -424,6 +424,67 @@ mod tests {
         assert_eq!(Position::parse("nope"), None);
     }
 
+    /// An `XREAD` entry: its id and its fields.
+    fn entry(id: &str, fields: &[(&str, &str)]) -> redis::Value {
+        use redis::Value;
+        let fields = fields.iter().flat_map(|(k, v)| {
+            [
+                Value::BulkString(k.as_bytes().to_vec()),
+                Value::BulkString(v.as_bytes().to_vec()),
+            ]
+        });
+        Value::Array(vec![
+            Value::BulkString(id.as_bytes().to_vec()),
+            Value::Array(fields.collect()),
+        ])
+    }
+
+    #[test]
+    fn stream_entries_are_read_from_either_protocols_reply_and_odd_ones_keep_their_place() {
+        use redis::Value;
+        let entries = || {
+            Value::Array(vec![
+                entry("1700-0", &[("m", "first")]),
+                entry("1700-1", &[("x", "y"), ("m", "second")]),
+                entry("1700-2", &[("x", "no message")]),
+                entry("not-an-id", &[("m", "third")]),
+                Value::Int(7),
+            ])
+        };
+        let stream = || Value::BulkString(b"p:revocations".to_vec());
+        let resp2 = Value::Array(vec![Value::Array(vec![stream(), entries()])]);
+        let resp3 = Value::Map(vec![(stream(), entries())]);
+        for reply in [resp2, resp3] {
+            let read = stream_entries(reply);
+            let positions: Vec<_> = read.iter().map(|(p, _)| *p).collect();
+            assert_eq!(
+                positions,
+                [
+                    Position::parse("1700-0"),
+                    Position::parse("1700-1"),
+                    Position::parse("1700-2"),
+                    None,
+                    None
+                ]
+            );
+            let messages: Vec<_> = read.into_iter().map(|(_, m)| m).collect();
+            assert_eq!(
+                messages,
+                [
+                    Some(b"first".to_vec()),
+                    Some(b"second".to_vec()),
+                    None,
+                    Some(b"third".to_vec()),
+                    None
+                ]
+            );
+        }
+        assert!(
+            stream_entries(Value::Nil).is_empty(),
+            "a read that timed out"
+        );
+    }
+
     #[test]
     fn endpoints_are_parsed_once_and_kept_bounded() {
         let mut endpoints = Endpoints::default();
