@@ -200,10 +200,14 @@ impl Local {
                     endpoint: endpoint.key_hash(),
                     token: fingerprint,
                 }));
+                // Whatever the index took goes from the store too (a key sharing the token's
+                // fingerprint included), so that the store holds nothing the index lost.
                 // Without a shared tier tokens are not indexed: the key stays in the index
                 // until the sweep finds it gone.
                 let at = |key: &CacheKey| key.endpoint().as_str() == endpoint.as_str();
-                drop(self.index.take_token(fingerprint, at));
+                for key in self.index.take_token(fingerprint, at) {
+                    self.store.invalidate_user(&key as &dyn KeyView);
+                }
                 self.store
                     .invalidate_held(&KeyRef { endpoint, token } as &dyn KeyView);
             }
