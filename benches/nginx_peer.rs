@@ -16,7 +16,7 @@
 //! (`apt-get install nginx`).
 
 use token_resolver_support::bench as support;
-use token_resolver_support::closed_loop::{closed_loop, median, HttpCaller, MakeRequest, Run};
+use token_resolver_support::closed_loop::{closed_loop, median, HttpCaller, Run};
 use token_resolver_support::Nginx;
 
 use std::net::SocketAddr;
@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use axum::routing::get;
 use axum::{Json, Router};
-use http_body_util::Full;
 use serde_json::{json, Value};
 use token_resolver::axum::Authenticated;
 use token_resolver::Resolver;
@@ -82,15 +81,7 @@ impl App {
 async fn drive(addr: SocketAddr, tokens: &Arc<Vec<String>>) -> Run {
     let mut callers = Vec::with_capacity(CONNECTIONS);
     for token in tokens.iter().take(CONNECTIONS) {
-        let bearer = format!("Bearer {token}");
-        let make: MakeRequest = Box::new(move || {
-            hyper::Request::get("/profile")
-                .header("host", "game.example")
-                .header("authorization", &bearer)
-                .body(Full::default())
-                .expect("a request")
-        });
-        callers.push(HttpCaller::open(addr, make).await);
+        callers.push(HttpCaller::bearer_get(addr, "game.example", "/profile", token).await);
     }
     closed_loop(callers, ROUND_TIME).await
 }

@@ -273,15 +273,7 @@ async fn resolve_callers(addr: SocketAddr, tokens: Arc<Vec<String>>) -> Vec<Http
 async fn authorize_callers(addr: SocketAddr, tokens: Arc<Vec<String>>) -> Vec<HttpCaller> {
     let mut callers = Vec::with_capacity(tokens.len());
     for token in tokens.iter() {
-        let bearer = format!("Bearer {token}");
-        let make: MakeRequest = Box::new(move || {
-            hyper::Request::get("/api/profile")
-                .header("host", "game.example")
-                .header("authorization", &bearer)
-                .body(Full::default())
-                .expect("a request")
-        });
-        callers.push(HttpCaller::open(addr, make).await);
+        callers.push(HttpCaller::bearer_get(addr, "game.example", "/api/profile", token).await);
     }
     callers
 }

@@ -96,6 +96,25 @@ impl HttpCaller {
             make,
         }
     }
+
+    /// A connection to `addr` asking for `path` at `host` with `token` as its bearer, as a
+    /// client of an API behind an auth proxy does.
+    pub async fn bearer_get(
+        addr: SocketAddr,
+        host: &'static str,
+        path: &'static str,
+        token: &str,
+    ) -> HttpCaller {
+        let bearer = format!("Bearer {token}");
+        let make: MakeRequest = Box::new(move || {
+            hyper::Request::get(path)
+                .header("host", host)
+                .header("authorization", &bearer)
+                .body(Full::default())
+                .expect("a request")
+        });
+        HttpCaller::open(addr, make).await
+    }
 }
 
 impl Caller for HttpCaller {
