@@ -120,31 +120,13 @@ impl Local {
         token: &str,
         user: &User,
     ) -> bool {
-        self.log
-            .revoked_since(since, self.names(endpoint, token.as_bytes(), user))
+        let token = (self.fingerprint)(endpoint, token.as_bytes());
+        self.revoked_for(since, endpoint, token, user)
     }
 
-    /// Everything a revocation may name `user`, the answer for `token` at `endpoint`, by.
-    fn names(&self, endpoint: &Endpoint, token: &[u8], user: &User) -> impl Iterator<Item = Named> {
-        let at = endpoint.key_hash();
-        let token = (self.fingerprint)(endpoint, token);
-        let session = user.session().map(|sid| Named::Session {
-            endpoint: at,
-            session: session_hash(sid),
-        });
-        [
-            Some(Named::Token {
-                endpoint: at,
-                token,
-            }),
-            Some(Named::User {
-                endpoint: at,
-                user: user.id,
-            }),
-            session,
-        ]
-        .into_iter()
-        .flatten()
+    /// [`revoked_since`](Self::revoked_since) for a token whose fingerprint is known.
+    fn revoked_for(&self, since: Mark, endpoint: &Endpoint, token: u64, user: &User) -> bool {
+        self.log.revoked_since(since, names(endpoint, token, user))
     }
 
     /// Caches `cached` unless it must not live (no freshness) or something it names was revoked
@@ -159,17 +141,21 @@ impl Local {
         if cached.fresh_until().has_passed() {
             return false;
         }
-        let revoked = || match cached {
-            Cached::User { user, .. } => self.revoked_since(since, endpoint, token, user),
-            Cached::Rejected { .. } => false,
+        // A user's fingerprint, computed once for both checks and the index (with a shared
+        // tier it is an HMAC).
+        let user = match cached {
+            Cached::User { user, .. } => {
+                Some((user, (self.fingerprint)(endpoint, token.as_bytes())))
+            }
+            Cached::Rejected { .. } => None,
         };
+        let revoked = || user.is_some_and(|(user, fp)| self.revoked_for(since, endpoint, fp, user));
         if revoked() {
             return false;
         }
         let key = CacheKey::new(endpoint.clone(), token);
         self.store.insert(key.clone(), cached);
-        if let Cached::User { user, .. } = cached {
-            let fingerprint = (self.fingerprint)(endpoint, token.as_bytes());
+        if let Some((user, fingerprint)) = user {
             let held = |key: &CacheKey| self.store.holds_user(key as &dyn KeyView);
             self.index.insert(&key, user.id, fingerprint, held);
         }
@@ -294,6 +280,29 @@ impl Local {
     fn publish_entries(&self) {
         metrics::gauge!(telemetry::CACHE_ENTRIES).set(self.store.entry_count() as f64);
     }
+}
+
+/// Everything a revocation may name `user`, the answer at `endpoint` for the token whose
+/// fingerprint is `token`, by.
+fn names(endpoint: &Endpoint, token: u64, user: &User) -> impl Iterator<Item = Named> {
+    let at = endpoint.key_hash();
+    let session = user.session().map(|sid| Named::Session {
+        endpoint: at,
+        session: session_hash(sid),
+    });
+    [
+        Some(Named::Token {
+            endpoint: at,
+            token,
+        }),
+        Some(Named::User {
+            endpoint: at,
+            user: user.id,
+        }),
+        session,
+    ]
+    .into_iter()
+    .flatten()
 }
 
 /// A session id's hash in the revocation log: the same for the same id in this process.
