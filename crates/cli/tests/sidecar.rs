@@ -72,7 +72,11 @@ async fn the_sidecar_subcommand_serves_its_three_listeners_and_drains_on_sigterm
     let api = support::reference_api().await;
     let token = support::login_and_take_token(&api.base_url(), "alice", "wonderland").await;
     let config = std::env::temp_dir().join(format!("sidecar-{}.toml", std::process::id()));
-    std::fs::write(&config, format!("auth-url = \"{}\"\n", api.base_url())).unwrap();
+    let settings = format!(
+        "auth-url = \"{}\"\nnginx-purge-url = \"http://127.0.0.1:9/purge\"\nnginx-cache-secs = 30\n",
+        api.base_url()
+    );
+    std::fs::write(&config, settings).unwrap();
     let mut sidecar = SidecarProcess::start(&[
         "--config",
         config.to_str().unwrap(),
@@ -98,6 +102,18 @@ async fn the_sidecar_subcommand_serves_its_three_listeners_and_drains_on_sigterm
     );
     let answer: serde_json::Value = resolved.json().await.unwrap();
     assert_eq!(answer["user"]["name"], "Alice");
+    let authorized = client
+        .get(format!("http://{http}/v1/authorize"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(authorized.status(), 200);
+    assert_eq!(
+        authorized.headers()["x-accel-expires"],
+        "30",
+        "nginx may keep the answer as long as --config's nginx-cache-secs says"
+    );
     let ready = client
         .get(format!("http://{admin}/readyz"))
         .send()
@@ -123,4 +139,20 @@ async fn the_sidecar_subcommand_serves_its_three_listeners_and_drains_on_sigterm
     };
     assert!(exited.success(), "{exited:?}");
     let _ = std::fs::remove_file(config);
+}
+
+#[test]
+fn a_purge_url_off_loopback_is_a_usage_error_naming_the_flag() {
+    let output = Command::new(BIN)
+        .args(["sidecar", "--listen", "127.0.0.1:0"])
+        .args(["--auth-url", "http://127.0.0.1:9"])
+        .args(["--nginx-purge-url", "http://10.0.0.1/purge"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--nginx-purge-url") && stderr.contains("loopback"),
+        "{stderr}"
+    );
 }

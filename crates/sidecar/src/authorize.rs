@@ -5,6 +5,9 @@
 //! name is a valid header value) for the proxy to pass upstream; otherwise the statuses of SPEC
 //! section 10: 401 with `WWW-Authenticate: Bearer error="invalid_token"`, 403, 503 with
 //! `Retry-After`.
+//!
+//! A 200 says `Cache-Control: no-store`, unless nginx may keep it (`nginx_cache`): then
+//! `X-Accel-Expires` says for how many seconds.
 
 use std::sync::Arc;
 
@@ -28,6 +31,8 @@ const NAME_KEEPS: &AsciiSet = &NON_ALPHANUMERIC
 static USER_ID: HeaderName = HeaderName::from_static("x-user-id");
 /// `X-User-Name`.
 static USER_NAME: HeaderName = HeaderName::from_static("x-user-name");
+/// `X-Accel-Expires`: how long nginx may keep the answer.
+static X_ACCEL_EXPIRES: HeaderName = HeaderName::from_static("x-accel-expires");
 
 /// `name` percent-encoded as UTF-8: a valid header value whatever the name holds.
 pub(crate) fn encoded_name(name: &str) -> String {
@@ -54,10 +59,18 @@ pub(crate) async fn authorize(State(node): State<Arc<Node>>, headers: HeaderMap)
         Ok(endpoint) => endpoint,
         Err(e) => return AuthRejection::from(e).into_response(),
     };
+    // Only the default integrator's answers are granted: nginx's cache key is the header alone.
+    let grants = node.grants.as_ref().filter(|_| auth_url.is_empty());
+    let ticket = grants.map(|g| g.ticket());
     let user = match node.resolve_at(auth_url, &endpoint, token.to_owned()).await {
         Ok(user) => user,
         Err(e) => return AuthRejection::from(e).into_response(),
     };
+    let granted = grants.zip(ticket).and_then(|(grants, ticket)| {
+        let key = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+        let fingerprint = node.resolver.fingerprint(&endpoint, token)?;
+        grants.grant(ticket, key, fingerprint, &user)
+    });
     let name = encoded_name(&user.name);
     let mut response = StatusCode::OK.into_response();
     let answer = response.headers_mut();
@@ -65,6 +78,9 @@ pub(crate) async fn authorize(State(node): State<Arc<Node>>, headers: HeaderMap)
     if let Ok(name) = HeaderValue::from_str(&name) {
         answer.insert(USER_NAME.clone(), name);
     }
-    answer.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    match granted {
+        Some(secs) => answer.insert(X_ACCEL_EXPIRES.clone(), HeaderValue::from(secs)),
+        None => answer.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+    };
     response
 }

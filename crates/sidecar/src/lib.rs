@@ -11,6 +11,8 @@
 //!   with `Last-Event-ID` is sent what it missed.
 //! - `authorize`: `GET|POST /v1/authorize`, forward-auth for nginx `auth_request`, Traefik
 //!   `forwardAuth` and Envoy's HTTP ext_authz.
+//! - `nginx_cache`: with [`NginxCache`], nginx keeps `/v1/authorize` answers in its own cache
+//!   for as long as the sidecar grants, and the sidecar purges them when a revocation comes.
 //! - `grpc`: Envoy's ext_authz over gRPC (`Authorization/Check`), on a listener of its own
 //!   ([`Sidecar::spawn_grpc`]).
 //!
@@ -36,6 +38,7 @@
 mod authorize;
 mod events;
 mod grpc;
+mod nginx_cache;
 mod resolve;
 mod sessions;
 
@@ -51,7 +54,10 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+pub use self::nginx_cache::{NginxCache, PurgeUrlError, PURGES_TOTAL, PURGE_HEADER};
+
 use self::events::Events;
+use self::nginx_cache::Grants;
 use self::sessions::Sessions;
 use token_resolver::Resolver;
 use token_resolver_game_server::live::{self, Pacer, Registry};
@@ -91,6 +97,9 @@ pub struct SidecarConfig {
     /// Events a stream may fall behind by before it is dropped (it comes back with
     /// `Last-Event-ID`). Default: 1,024.
     pub stream_buffer: usize,
+    /// Lets nginx cache `/v1/authorize` answers, purged on revocation; `None`: every answer
+    /// says `Cache-Control: no-store`. Default: `None`.
+    pub nginx_cache: Option<NginxCache>,
 }
 
 impl Default for SidecarConfig {
@@ -105,6 +114,7 @@ impl Default for SidecarConfig {
             unverified_grace: None,
             journal: 16_384,
             stream_buffer: 1_024,
+            nginx_cache: None,
         }
     }
 }
@@ -124,6 +134,8 @@ struct Node {
     sessions: Sessions,
     events: Events,
     rechecks: Pacer,
+    /// What nginx may keep, with [`SidecarConfig::nginx_cache`].
+    grants: Option<Arc<Grants>>,
     /// Fires when the sidecar stops: session tasks end without an event.
     cut: CancellationToken,
     /// Fires when the sidecar starts draining: `/readyz` says so.
@@ -161,7 +173,12 @@ impl Sidecar {
     /// A sidecar resolving with `resolver`, which also feeds it the revocations it hears (its
     /// Redis tier's, and those `/admin/revoke` applies).
     pub fn new(resolver: Resolver, config: SidecarConfig) -> Sidecar {
+        let grants = config.nginx_cache.as_ref().map(|nginx| {
+            let endpoint = resolver.default_endpoint().map(|e| e.as_str().to_owned());
+            Arc::new(Grants::new(nginx, endpoint))
+        });
         let node = Arc::new(Node {
+            grants,
             registry: Arc::default(),
             sessions: Sessions::default(),
             events: Events::new(config.journal, config.stream_buffer),
@@ -177,6 +194,18 @@ impl Sidecar {
             node.cut.clone(),
             Arc::downgrade(&node.registry),
         ));
+        if let (Some(grants), Some(nginx)) = (&node.grants, &node.config.nginx_cache) {
+            tokio::spawn(nginx_cache::listen(
+                Arc::downgrade(grants),
+                node.resolver.revocations(),
+                node.cut.clone(),
+            ));
+            tokio::spawn(nginx_cache::purge(
+                nginx_cache::owed(grants),
+                nginx.purge_url.clone(),
+                node.cut.clone(),
+            ));
+        }
         Sidecar { node }
     }
 

@@ -1,46 +1,29 @@
-//! `examples/nginx/token-resolver-auth.conf` in real nginx, in front of a small API, with a real
-//! sidecar resolving at the reference API: a request whose bearer the integrator vouches for
-//! reaches the API with the user's headers (whatever the client claimed); any other gets the
-//! sidecar's 401 and never reaches it. Needs nginx: skipped with a note without it, a failure
-//! under CI, which installs it.
+//! `examples/nginx` in real nginx, in front of a small API, with a real sidecar resolving at
+//! the reference API: a request whose bearer the integrator vouches for reaches the API with
+//! the user's headers (whatever the client claimed); any other gets the sidecar's 401 and never
+//! reaches it. With `--nginx-purge-url`, nginx keeps the sidecar's answers and the sidecar takes
+//! them back when a revocation comes. Needs nginx and its purge module: skipped with a note
+//! without them, a failure under CI, which installs them.
 
 mod common;
 
 use token_resolver_support as support;
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::Router;
 use common::Parties;
-use support::{serve_app, Nginx};
-use token_resolver_sidecar::SidecarConfig;
+use support::redis::free_port;
+use support::{serve_app, Nginx, ServedApp};
+use token_resolver_sidecar::{NginxCache, SidecarConfig};
 
-/// The example, included in a server nginx runs, with the two upstreams it names.
-fn http_block(sidecar: std::net::SocketAddr, api: std::net::SocketAddr) -> String {
-    let example = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/nginx/token-resolver-auth.conf"
-    );
-    format!(
-        "    upstream token_resolver_sidecar {{ server {sidecar}; keepalive 16; }}\n    \
-         upstream game_api {{ server {api}; }}\n    \
-         server {{\n        listen {{listen}};\n        include {example};\n    }}"
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nginx_with_the_example_passes_only_vouched_requests_with_the_users_headers() {
-    if !Nginx::installed() {
-        return;
-    }
-    let parties = Parties::start(
-        SidecarConfig::default(),
-        token_resolver_reference_api::demo_users(),
-    )
-    .await;
+/// An API answering `/api/whoami` with the user nginx passed on, counting the requests it saw.
+async fn whoami_api() -> (ServedApp, Arc<AtomicUsize>) {
     let reached = Arc::new(AtomicUsize::new(0));
     let counted = reached.clone();
     let api = serve_app(Router::new().route(
@@ -57,10 +40,45 @@ async fn nginx_with_the_example_passes_only_vouched_requests_with_the_users_head
         }),
     ))
     .await;
-    let nginx = Nginx::start(
+    (api, reached)
+}
+
+/// nginx running the example in front of `api`, asking `parties`' sidecar, purged at `purge`.
+fn nginx(parties: &Parties, api: &ServedApp, purge: SocketAddr) -> Nginx {
+    let http = Nginx::sidecar_example(parties.sidecar.local_addr(), api.addr(), purge);
+    Nginx::start_with(
         &Nginx::binary().unwrap(),
         1,
-        &http_block(parties.sidecar.local_addr(), api.addr()),
+        &Nginx::load_purge_module(),
+        &http,
+    )
+}
+
+/// GET `url` with `token`: the status, and whether nginx's cache vouched for it.
+async fn get_with(client: &reqwest::Client, url: &str, token: &str) -> (u16, bool) {
+    let answer = client.get(url).bearer_auth(token).send().await.unwrap();
+    let hit = answer
+        .headers()
+        .get("x-token-resolver-cache")
+        .is_some_and(|v| v == "HIT");
+    (answer.status().as_u16(), hit)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_with_the_example_passes_only_vouched_requests_with_the_users_headers() {
+    if !Nginx::installed_with_purge() {
+        return;
+    }
+    let parties = Parties::start(
+        SidecarConfig::default(),
+        token_resolver_reference_api::demo_users(),
+    )
+    .await;
+    let (api, reached) = whoami_api().await;
+    let nginx = nginx(
+        &parties,
+        &api,
+        SocketAddr::from(([127, 0, 0, 1], free_port())),
     );
     let url = format!("http://{}/api/whoami", nginx.addr);
     let client = reqwest::Client::new();
@@ -70,14 +88,24 @@ async fn nginx_with_the_example_passes_only_vouched_requests_with_the_users_head
         .get(&url)
         .bearer_auth(&token)
         .header("x-user-id", "99")
+        .header("x-auth-url", "http://127.0.0.1:9")
         .send()
         .await
         .unwrap();
-    assert_eq!(vouched.status(), 200);
+    assert_eq!(
+        vouched.status(),
+        200,
+        "the client's X-Auth-Url is not passed on"
+    );
     assert_eq!(
         vouched.text().await.unwrap(),
         "1 Alice",
         "the sidecar's user, not the client's claim"
+    );
+    assert_eq!(
+        get_with(&client, &url, &token).await,
+        (200, false),
+        "without --nginx-purge-url nginx keeps nothing"
     );
 
     let anonymous = client
@@ -96,7 +124,55 @@ async fn nginx_with_the_example_passes_only_vouched_requests_with_the_users_head
     assert_eq!(forged.status(), 401);
     assert_eq!(
         reached.load(Ordering::Relaxed),
-        1,
-        "only the vouched request reached the API"
+        2,
+        "only the vouched requests reached the API"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_keeps_the_sidecars_answer_until_a_ban_takes_it_back() {
+    if !Nginx::installed_with_purge() {
+        return;
+    }
+    let purge = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let config = SidecarConfig {
+        nginx_cache: Some(NginxCache::new(&format!("http://{purge}/purge")).unwrap()),
+        ..SidecarConfig::default()
+    };
+    let parties = Parties::start(config, token_resolver_reference_api::demo_users()).await;
+    let (api, _) = whoami_api().await;
+    let nginx = nginx(&parties, &api, purge);
+    let url = format!("http://{}/api/whoami", nginx.addr);
+    let client = reqwest::Client::new();
+    let alice = parties.token("alice").await;
+    let bob = parties.token("bob").await;
+
+    for token in [&alice, &bob] {
+        assert_eq!(get_with(&client, &url, token).await, (200, false));
+        assert_eq!(
+            get_with(&client, &url, token).await,
+            (200, true),
+            "nginx keeps the answer the sidecar granted"
+        );
+    }
+
+    parties.ban(1).await;
+    // The answer is kept for 60 s: only the purge ends it within the deadline.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let banned = loop {
+        let answer = get_with(&client, &url, &alice).await;
+        if answer.0 != 200 || Instant::now() > deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        matches!(banned, (401 | 403, false)),
+        "a banned user's answer was still served: {banned:?}"
+    );
+    assert_eq!(
+        get_with(&client, &url, &bob).await,
+        (200, true),
+        "another user's answer stays in nginx's cache"
     );
 }

@@ -28,10 +28,40 @@ impl Nginx {
         crate::present(Nginx::binary().is_some(), "nginx", "nginx")
     }
 
+    /// Debian's `ngx_cache_purge` module, which the example's purge location needs; `None`
+    /// without it.
+    pub fn purge_module() -> Option<PathBuf> {
+        let module = PathBuf::from("/usr/lib/nginx/modules/ngx_http_cache_purge_module.so");
+        module.exists().then_some(module)
+    }
+
+    /// Whether nginx and its purge module are installed; without them a test is skipped with a
+    /// note, or fails under CI.
+    pub fn installed_with_purge() -> bool {
+        Nginx::installed()
+            && crate::present(
+                Nginx::purge_module().is_some(),
+                "nginx's cache purge module",
+                "libnginx-mod-http-cache-purge",
+            )
+    }
+
+    /// The main-context line that loads the purge module, for [`start_with`](Self::start_with).
+    pub fn load_purge_module() -> String {
+        Nginx::purge_module().map_or_else(String::new, |module| {
+            format!("load_module {};", module.display())
+        })
+    }
+
     /// Starts `binary` with `http`, the body of the `http { }` block, in which `{listen}` is
     /// replaced by the address nginx must listen on and `{dir}` by its own directory (for
     /// caches and include files). Waits until it listens.
     pub fn start(binary: &Path, workers: usize, http: &str) -> Nginx {
+        Nginx::start_with(binary, workers, "", http)
+    }
+
+    /// As [`start`](Self::start), with `main` (e.g. `load_module` lines) before the rest.
+    pub fn start_with(binary: &Path, workers: usize, main: &str, http: &str) -> Nginx {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -48,7 +78,7 @@ impl Nginx {
             .replace("{listen}", &format!("127.0.0.1:{port}"))
             .replace("{dir}", &d.to_string());
         let config = format!(
-            "worker_processes {workers};\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+            "{main}\nworker_processes {workers};\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
              events {{ worker_connections 4096; }}\nhttp {{\n    access_log off;\n    \
              client_body_temp_path {d}/body;\n    proxy_temp_path {d}/proxy;\n    \
              fastcgi_temp_path {d}/fastcgi;\n    uwsgi_temp_path {d}/uwsgi;\n    \
@@ -107,6 +137,25 @@ impl Nginx {
             proxy_cache_lock on;
         }}
     }}"#
+        )
+    }
+
+    /// The `http { }` body of the sidecar's example (`examples/nginx`): its cache file, with
+    /// the cache in nginx's own directory and the purge location on `purge`, and a server
+    /// including its locations in front of the API at `api`, asking the sidecar at `sidecar`.
+    /// Answers say `X-Token-Resolver-Cache: HIT` when nginx's cache vouched for them.
+    pub fn sidecar_example(sidecar: SocketAddr, api: SocketAddr, purge: SocketAddr) -> String {
+        let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/nginx");
+        let cache = std::fs::read_to_string(format!("{examples}/token-resolver-cache.conf"))
+            .expect("examples/nginx/token-resolver-cache.conf")
+            .replace("/run/nginx-token-resolver", "{dir}/cache")
+            .replace("127.0.0.1:7362", &purge.to_string());
+        format!(
+            "{cache}\n    upstream token_resolver_sidecar {{ server {sidecar}; keepalive 64; }}\n    \
+             upstream game_api {{ server {api}; keepalive 64; }}\n    \
+             server {{\n        listen {{listen}};\n        \
+             add_header X-Token-Resolver-Cache $token_resolver_cache;\n        \
+             include {examples}/token-resolver-auth.conf;\n    }}"
         )
     }
 

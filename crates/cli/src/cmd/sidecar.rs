@@ -13,7 +13,7 @@ use clap::Args;
 use token_resolver::Resolver;
 use token_resolver_game_server::telemetry::Metrics;
 use token_resolver_game_server::{spawn_admin, AdminConfig, RunningAdmin};
-use token_resolver_sidecar::{RunningGrpc, RunningSidecar, Sidecar, SidecarConfig};
+use token_resolver_sidecar::{NginxCache, RunningGrpc, RunningSidecar, Sidecar, SidecarConfig};
 
 use super::redis::{check_at_start, RedisArgs};
 use super::serving::{admin_secret, stop_signal, LiveArgs, ResolverArgs, StartFailed};
@@ -36,6 +36,18 @@ pub(crate) struct SidecarArgs {
     /// given.
     #[arg(long, value_name = "ADDR")]
     pub(crate) admin_listen: Option<SocketAddr>,
+    /// nginx's purge location (examples/nginx, ngx_cache_purge), on loopback: nginx may then
+    /// keep /v1/authorize answers, which the sidecar purges there when a revocation comes.
+    /// Off unless given: every answer says `Cache-Control: no-store`.
+    #[arg(long, value_name = "URL")]
+    pub(crate) nginx_purge_url: Option<String>,
+    /// Longest nginx may keep an answer, in seconds (shorter when the token expires sooner).
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) nginx_cache_secs: u64,
+    /// Answers nginx may hold at once; past it, answers are sent uncacheable.
+    #[arg(long, value_name = "N", default_value_t = 65_536)]
+    pub(crate) nginx_cache_entries: usize,
     /// Seconds a draining sidecar (SIGTERM, Ctrl-C) lets requests finish.
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     pub(crate) drain_secs: u64,
@@ -99,7 +111,17 @@ async fn start(args: &SidecarArgs) -> Result<Running, StartFailed> {
     let resolver = (args.resolver)
         .build(Resolver::builder(), &args.live, tier)
         .map_err(StartFailed::usage)?;
+    let nginx_cache = match &args.nginx_purge_url {
+        Some(url) => Some(
+            NginxCache::new(url)
+                .map_err(|e| StartFailed::usage(format!("--nginx-purge-url: {e}")))?
+                .ttl(Duration::from_secs(args.nginx_cache_secs))
+                .max_entries(args.nginx_cache_entries),
+        ),
+        None => None,
+    };
     let config = SidecarConfig {
+        nginx_cache,
         reauth_grace: Duration::from_secs(args.live.reauth_grace),
         revalidate: args.live.revalidate.map(Duration::from_secs),
         recheck_rate: args.live.recheck_rate,

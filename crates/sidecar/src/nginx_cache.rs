@@ -1,0 +1,733 @@
+//! nginx's own cache of `/v1/authorize` answers, kept honest: the sidecar lets nginx keep an
+//! answer (`X-Accel-Expires`) only while it can take it back, and takes it back (a purge
+//! through `ngx_cache_purge`) when a revocation reaches this node.
+//!
+//! With [`NginxCache`] set, a `200` for the default authUrl tells nginx how long it may keep
+//! the answer (the TTL, shorter when the token expires sooner), and the sidecar remembers the
+//! grant: nginx's cache key (the `Authorization` header as nginx saw it), the token's
+//! fingerprint, the user and the integrator's session. A revocation (a token, a user, a
+//! session, everything, or a lost channel) takes the grants it names out of the table and
+//! queues a purge of each; the purger asks nginx's purge location to drop the key, retrying
+//! until nginx answers or the grant would have expired anyway. Nothing is granted when the
+//! table is full, when the answer is stale, for another integrator (`X-Auth-Url`), or when a
+//! revocation arrived while the token was being resolved.
+//!
+//! The table holds raw `Authorization` values, as nginx's cache files do: they never leave
+//! this process except to nginx's purge location, in the `X-Token-Resolver-Purge` header.
+//! The table lives in this process only: what a previous process granted cannot be purged,
+//! and stays in nginx until its own expiry (the TTL at most).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures_util::StreamExt;
+use token_resolver::{Revocation, TokenFingerprint, User};
+use tokio::sync::{broadcast, Notify};
+use tokio_util::sync::CancellationToken;
+
+/// The header in which the purger names the cache key to drop.
+pub const PURGE_HEADER: &str = "x-token-resolver-purge";
+/// `sidecar_nginx_purges_total{outcome}`: purges by what nginx answered (`purged`, `absent`)
+/// or `failed` (retried until the grant's end).
+pub const PURGES_TOTAL: &str = "sidecar_nginx_purges_total";
+
+/// A purge of a grant younger than this is sent again once it is this old: nginx stores an
+/// answer a moment after the sidecar sends it, and a purge in that moment finds nothing.
+const SETTLE: Duration = Duration::from_secs(1);
+/// Purges in flight at once.
+const PURGES_AT_ONCE: usize = 16;
+/// Longest a purge request may take.
+const PURGE_TIMEOUT: Duration = Duration::from_secs(2);
+/// First wait before a failed purge is sent again; doubled up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+/// Longest wait between retries of a failed purge.
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Lets nginx cache `/v1/authorize` answers and purges them on revocation (see
+/// `examples/nginx`, which needs Debian's `libnginx-mod-http-cache-purge`).
+///
+/// ```
+/// use std::time::Duration;
+/// use token_resolver_sidecar::NginxCache;
+///
+/// let nginx = NginxCache::new("http://127.0.0.1:7362/purge")?.ttl(Duration::from_secs(30));
+/// assert!(NginxCache::new("https://cache.example.com/purge").is_err());
+/// # Ok::<(), token_resolver_sidecar::PurgeUrlError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct NginxCache {
+    /// nginx's purge location, on loopback.
+    pub(crate) purge_url: reqwest::Url,
+    pub(crate) ttl: Duration,
+    pub(crate) max_entries: usize,
+}
+
+impl NginxCache {
+    /// Purges at `purge_url`, nginx's purge location (`proxy_cache_purge ZONE
+    /// $http_x_token_resolver_purge;`), e.g. `http://127.0.0.1:7362/purge`; with the default
+    /// TTL and bound.
+    ///
+    /// # Errors
+    ///
+    /// When `purge_url` is not an `http://` URL on loopback (an IP address or `localhost`): the
+    /// purges carry `Authorization` headers, which must not leave the host.
+    pub fn new(purge_url: &str) -> Result<NginxCache, PurgeUrlError> {
+        let url = reqwest::Url::parse(purge_url)
+            .map_err(|e| PurgeUrlError(format!("not a URL ({e})")))?;
+        if url.scheme() != "http" {
+            return Err(PurgeUrlError("the scheme must be http://".to_owned()));
+        }
+        let loopback = match url.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+            None => false,
+        };
+        if !loopback {
+            return Err(PurgeUrlError(
+                "the host must be a loopback address or localhost".to_owned(),
+            ));
+        }
+        Ok(NginxCache {
+            purge_url: url,
+            ttl: Duration::from_secs(60),
+            max_entries: 65_536,
+        })
+    }
+
+    /// nginx's purge location.
+    pub fn purge_url(&self) -> &str {
+        self.purge_url.as_str()
+    }
+
+    /// Longest nginx may keep an answer; shorter when the token expires sooner. Default: 60 s.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> NginxCache {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Answers nginx may hold at once; past it, answers are sent uncacheable. Each costs the
+    /// length of its `Authorization` header and about 200 bytes here. Default: 65,536.
+    #[must_use]
+    pub fn max_entries(mut self, max_entries: usize) -> NginxCache {
+        self.max_entries = max_entries;
+        self
+    }
+}
+
+/// Why a purge URL was refused: it must be `http://` on loopback, since purges carry
+/// `Authorization` headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeUrlError(String);
+
+impl std::fmt::Display for PurgeUrlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the nginx purge URL was refused: {}", self.0)
+    }
+}
+
+impl std::error::Error for PurgeUrlError {}
+
+/// What nginx was allowed to keep, and the purges owed for what it must drop.
+pub(crate) struct Grants {
+    ttl: Duration,
+    max_entries: usize,
+    /// The default authUrl's normalised endpoint: the only one granted.
+    endpoint: Option<String>,
+    /// Revocations applied so far: a grant is refused when one arrived during its resolve.
+    epoch: AtomicU64,
+    table: Mutex<Table>,
+    purges: Arc<Purges>,
+}
+
+/// One answer nginx may keep.
+struct Grant {
+    fingerprint: TokenFingerprint,
+    user_id: i64,
+    session: Option<Box<str>>,
+    granted: Instant,
+    until: Instant,
+}
+
+/// The grants, by nginx's cache key, by token and by user; `expiry` in the order granted.
+#[derive(Default)]
+struct Table {
+    by_key: HashMap<Arc<str>, Grant>,
+    by_token: HashMap<TokenFingerprint, Vec<Arc<str>>>,
+    by_user: HashMap<i64, Vec<Arc<str>>>,
+    expiry: VecDeque<(Instant, Arc<str>)>,
+}
+
+/// A purge owed: not before `at`, once more at `again`, pointless after `until`.
+#[derive(Clone, Copy)]
+struct Owed {
+    at: Instant,
+    again: Option<Instant>,
+    until: Instant,
+}
+
+/// The purges owed, one per key (a later one for the same key takes its place), and the
+/// purger's bell.
+#[derive(Default)]
+pub(crate) struct Purges {
+    owed: Mutex<HashMap<Arc<str>, Owed>>,
+    bell: Notify,
+}
+
+/// A ticket taken before a resolve: [`Grants::grant`] refuses it if a revocation came since.
+#[derive(Clone, Copy)]
+pub(crate) struct Ticket(u64);
+
+impl Grants {
+    /// Grants for the default `endpoint` (none without one).
+    pub(crate) fn new(config: &NginxCache, endpoint: Option<String>) -> Grants {
+        Grants {
+            ttl: config.ttl,
+            max_entries: config.max_entries,
+            endpoint,
+            epoch: AtomicU64::new(0),
+            table: Mutex::default(),
+            purges: Arc::default(),
+        }
+    }
+
+    /// Take before resolving a token that may be granted.
+    pub(crate) fn ticket(&self) -> Ticket {
+        Ticket(self.epoch.load(Ordering::Acquire))
+    }
+
+    /// Lets nginx keep `user`, resolved for `key` (the `Authorization` header) at the default
+    /// endpoint, for the seconds returned; `None`: it must not keep it.
+    pub(crate) fn grant(
+        &self,
+        ticket: Ticket,
+        key: &str,
+        fingerprint: TokenFingerprint,
+        user: &User,
+    ) -> Option<u64> {
+        if user.stale {
+            return None;
+        }
+        let mut secs = self.ttl.as_secs();
+        if let Some(expiry) = user.expires_at {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            secs = secs.min(expiry.unix_seconds().saturating_sub(now));
+        }
+        if secs == 0 {
+            return None;
+        }
+        let now = Instant::now();
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        // Under the lock: a revocation bumps the epoch before it takes from the table.
+        if self.epoch.load(Ordering::Acquire) != ticket.0 {
+            return None;
+        }
+        table.forget_expired(now);
+        let key: Arc<str> = Arc::from(key);
+        table.remove(&key);
+        if table.by_key.len() >= self.max_entries {
+            return None;
+        }
+        let until = now + Duration::from_secs(secs);
+        table.insert(
+            key,
+            Grant {
+                fingerprint,
+                user_id: user.id,
+                session: user.session().map(Box::from),
+                granted: now,
+                until,
+            },
+        );
+        Some(secs)
+    }
+
+    /// Takes the grants `revocation` names out of the table and owes nginx a purge of each.
+    pub(crate) fn revoke(&self, revocation: &Revocation) {
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        let ours = |endpoint: &str| self.endpoint.as_deref() == Some(endpoint);
+        let taken = match revocation {
+            Revocation::Token { endpoint, token } if ours(endpoint) => table.take_token(token),
+            Revocation::User { endpoint, user_id } if ours(endpoint) => {
+                table.take_user(*user_id, |_| true)
+            }
+            Revocation::Session {
+                endpoint,
+                user_id,
+                session,
+            } if ours(endpoint) => {
+                table.take_user(*user_id, |g| g.session.as_deref() == Some(session.as_str()))
+            }
+            Revocation::All | Revocation::Recheck => table.take_all(),
+            _ => Vec::new(),
+        };
+        drop(table);
+        self.owe(taken);
+    }
+
+    /// Everything may have been missed (the revocation feed lagged): purge every grant.
+    fn revoke_all(&self) {
+        self.revoke(&Revocation::All);
+    }
+
+    /// Queues a purge of each taken grant, sent again when it settles if it is younger than
+    /// [`SETTLE`].
+    fn owe(&self, taken: Vec<(Arc<str>, Grant)>) {
+        if taken.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut owed = self.purges.owed.lock().unwrap_or_else(|e| e.into_inner());
+        for (key, grant) in taken {
+            let settled = grant.granted + SETTLE;
+            owed.insert(
+                key,
+                Owed {
+                    at: now,
+                    again: (settled > now).then_some(settled),
+                    until: grant.until,
+                },
+            );
+        }
+        drop(owed);
+        self.purges.bell.notify_one();
+    }
+
+    /// Grants held now.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.table.lock().unwrap().by_key.len()
+    }
+}
+
+impl Table {
+    fn insert(&mut self, key: Arc<str>, grant: Grant) {
+        self.by_token
+            .entry(grant.fingerprint.clone())
+            .or_default()
+            .push(key.clone());
+        self.by_user
+            .entry(grant.user_id)
+            .or_default()
+            .push(key.clone());
+        self.expiry.push_back((grant.until, key.clone()));
+        self.by_key.insert(key, grant);
+    }
+
+    /// Takes `key`'s grant out of every index.
+    fn remove(&mut self, key: &str) -> Option<(Arc<str>, Grant)> {
+        let (key, grant) = self.by_key.remove_entry(key)?;
+        unlist(&mut self.by_token, &grant.fingerprint, &key);
+        unlist(&mut self.by_user, &grant.user_id, &key);
+        Some((key, grant))
+    }
+
+    fn take_token(&mut self, token: &TokenFingerprint) -> Vec<(Arc<str>, Grant)> {
+        let keys = self.by_token.get(token).cloned().unwrap_or_default();
+        keys.iter().filter_map(|k| self.remove(k)).collect()
+    }
+
+    fn take_user(&mut self, user_id: i64, pick: impl Fn(&Grant) -> bool) -> Vec<(Arc<str>, Grant)> {
+        let mut keys = self.by_user.get(&user_id).cloned().unwrap_or_default();
+        keys.retain(|k| self.by_key.get(k).is_some_and(&pick));
+        keys.iter().filter_map(|k| self.remove(k)).collect()
+    }
+
+    fn take_all(&mut self) -> Vec<(Arc<str>, Grant)> {
+        self.by_token.clear();
+        self.by_user.clear();
+        self.expiry.clear();
+        self.by_key.drain().collect()
+    }
+
+    /// Forgets grants nginx has let expire, oldest first (a grant cut short by its token's
+    /// expiry may wait behind a longer one, at most the TTL).
+    fn forget_expired(&mut self, now: Instant) {
+        while let Some((until, _)) = self.expiry.front() {
+            if *until > now {
+                break;
+            }
+            let (until, key) = self.expiry.pop_front().expect("a front");
+            // Granted anew since: that grant has its own place in the queue.
+            if self.by_key.get(&key).is_some_and(|g| g.until == until) {
+                self.remove(&key);
+            }
+        }
+    }
+}
+
+/// Takes `key` out of `index[at]`, and the entry when it is left empty.
+fn unlist<K: std::hash::Hash + Eq>(index: &mut HashMap<K, Vec<Arc<str>>>, at: &K, key: &Arc<str>) {
+    if let Some(keys) = index.get_mut(at) {
+        keys.retain(|k| !Arc::ptr_eq(k, key));
+        if keys.is_empty() {
+            index.remove(at);
+        }
+    }
+}
+
+/// Applies the revocations this node hears to `grants` until `cut` or the feed ends; a feed
+/// that lagged purges everything.
+pub(crate) async fn listen(
+    grants: Weak<Grants>,
+    mut revocations: broadcast::Receiver<Revocation>,
+    cut: CancellationToken,
+) {
+    loop {
+        let heard = tokio::select! {
+            () = cut.cancelled() => return,
+            heard = revocations.recv() => heard,
+        };
+        let Some(grants) = grants.upgrade() else {
+            return;
+        };
+        match heard {
+            Ok(revocation) => grants.revoke(&revocation),
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(
+                    missed,
+                    "revocations were missed: every answer nginx holds is purged"
+                );
+                grants.revoke_all();
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+/// The purges `grants` owes, for [`purge`].
+pub(crate) fn owed(grants: &Grants) -> Arc<Purges> {
+    grants.purges.clone()
+}
+
+/// Sends the purges owed to nginx's purge location at `url` until `cut`.
+pub(crate) async fn purge(purges: Arc<Purges>, url: reqwest::Url, cut: CancellationToken) {
+    let client = match reqwest::Client::builder()
+        .timeout(PURGE_TIMEOUT)
+        .no_proxy()
+        .build()
+    {
+        Ok(client) => client,
+        Err(e) => {
+            tracing::error!(error = %e, "no HTTP client for nginx purges");
+            return;
+        }
+    };
+    let mut backoff: HashMap<Arc<str>, Duration> = HashMap::new();
+    loop {
+        let (due, next) = purges.due(Instant::now());
+        if due.is_empty() {
+            tokio::select! {
+                () = cut.cancelled() => return,
+                () = purges.bell.notified() => {}
+                () = sleep_until(next) => {}
+            }
+            continue;
+        }
+        let sent: Vec<(bool, Arc<str>, Owed)> = futures_util::stream::iter(due)
+            .map(|(key, owed)| {
+                let (client, url) = (&client, &url);
+                async move { (send(client, url, &key).await, key, owed) }
+            })
+            .buffer_unordered(PURGES_AT_ONCE)
+            .collect()
+            .await;
+        for (done, key, owed) in sent {
+            let later = if done {
+                backoff.remove(&key);
+                owed.again.map(|at| Owed {
+                    at,
+                    again: None,
+                    ..owed
+                })
+            } else {
+                let wait = backoff
+                    .get(&key)
+                    .map_or(RETRY_FIRST, |w| (*w * 2).min(RETRY_MAX));
+                backoff.insert(key.clone(), wait);
+                Some(Owed {
+                    at: Instant::now() + wait,
+                    ..owed
+                })
+            };
+            match later {
+                Some(later) if later.at < later.until => purges.owe_again(key, later),
+                _ => {
+                    backoff.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One purge: `true` when nginx answered (purged, or had nothing under the key).
+async fn send(client: &reqwest::Client, url: &reqwest::Url, key: &str) -> bool {
+    let outcome = match client
+        .get(url.clone())
+        .header(PURGE_HEADER, key)
+        .send()
+        .await
+    {
+        Ok(answer) if answer.status().is_success() => "purged",
+        Ok(answer) if answer.status() == reqwest::StatusCode::NOT_FOUND => "absent",
+        Ok(answer) => {
+            tracing::warn!(status = %answer.status(), "nginx refused a purge; retrying");
+            "failed"
+        }
+        Err(e) => {
+            // reqwest's error names the URL, never a header.
+            tracing::warn!(error = %e, "a purge did not reach nginx; retrying");
+            "failed"
+        }
+    };
+    metrics::counter!(PURGES_TOTAL, "outcome" => outcome).increment(1);
+    outcome != "failed"
+}
+
+impl Purges {
+    /// Takes the purges due at `now`, and says when the next one is.
+    fn due(&self, now: Instant) -> (Vec<(Arc<str>, Owed)>, Option<Instant>) {
+        let mut owed = self.owed.lock().unwrap_or_else(|e| e.into_inner());
+        owed.retain(|_, o| o.until > now);
+        let keys: Vec<Arc<str>> = owed
+            .iter()
+            .filter(|(_, o)| o.at <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let due = keys
+            .into_iter()
+            .filter_map(|k| owed.remove_entry(&k))
+            .collect();
+        let next = owed.values().map(|o| o.at).min();
+        (due, next)
+    }
+
+    /// Owes `key` again (a retry, or the settled purge), unless a purge of it is owed already.
+    fn owe_again(&self, key: Arc<str>, again: Owed) {
+        let mut owed = self.owed.lock().unwrap_or_else(|e| e.into_inner());
+        owed.entry(key).or_insert(again);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use token_resolver::{Expiry, Resolver};
+
+    const AUTH_URL: &str = "http://127.0.0.1:9";
+
+    /// Grants for `AUTH_URL` bounded to `max_entries`, and the resolver naming tokens there.
+    fn grants(max_entries: usize) -> (Grants, Resolver, String) {
+        let resolver = Resolver::builder()
+            .default_auth_url(AUTH_URL)
+            .build()
+            .unwrap();
+        let endpoint = resolver.default_endpoint().unwrap().as_str().to_owned();
+        let config = NginxCache::new("http://127.0.0.1:9/purge")
+            .unwrap()
+            .max_entries(max_entries);
+        (
+            Grants::new(&config, Some(endpoint.clone())),
+            resolver,
+            endpoint,
+        )
+    }
+
+    fn user(id: i64, session: Option<&str>) -> User {
+        let mut extra = serde_json::Map::new();
+        if let Some(sid) = session {
+            extra.insert("sid".into(), sid.into());
+        }
+        User {
+            id,
+            name: format!("user-{id}"),
+            extra: extra.into(),
+            stale: false,
+            expires_at: None,
+        }
+    }
+
+    /// Grants `token` to `user` under the key nginx would use.
+    fn grant(grants: &Grants, resolver: &Resolver, token: &str, user: &User) -> Option<u64> {
+        let fingerprint = resolver.fingerprint(AUTH_URL, token).unwrap();
+        grants.grant(
+            grants.ticket(),
+            &format!("Bearer {token}"),
+            fingerprint,
+            user,
+        )
+    }
+
+    /// The keys a purge is owed for, sorted.
+    fn owed(grants: &Grants) -> Vec<String> {
+        let owed = grants.purges.owed.lock().unwrap();
+        let mut keys: Vec<String> = owed.keys().map(|k| k.to_string()).collect();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn a_purge_url_off_loopback_or_not_http_is_refused() {
+        for url in [
+            "http://127.0.0.1:7362/purge",
+            "http://[::1]:7361/purge",
+            "http://localhost:7361/purge",
+        ] {
+            assert_eq!(NginxCache::new(url).unwrap().purge_url(), url);
+        }
+        for url in [
+            "http://10.0.0.1/purge",
+            "https://127.0.0.1/purge",
+            "http://cache.example.com/purge",
+            "127.0.0.1:7362",
+        ] {
+            assert!(NginxCache::new(url).is_err(), "{url}");
+        }
+    }
+
+    #[test]
+    fn a_granted_answer_is_purged_when_its_token_is_revoked() {
+        let (grants, resolver, endpoint) = grants(16);
+        assert_eq!(grant(&grants, &resolver, "t1", &user(1, None)), Some(60));
+        assert_eq!(grant(&grants, &resolver, "t2", &user(1, None)), Some(60));
+        grants.revoke(&Revocation::Token {
+            endpoint,
+            token: resolver.fingerprint(AUTH_URL, "t1").unwrap(),
+        });
+        assert_eq!(owed(&grants), ["Bearer t1"]);
+        assert_eq!(grants.len(), 1, "the other token's answer stays");
+        let owed = grants.purges.owed.lock().unwrap();
+        assert!(
+            owed.values().all(|o| o.again.is_some()),
+            "an answer granted this instant is purged again once nginx has surely stored it"
+        );
+    }
+
+    #[test]
+    fn a_ban_purges_every_answer_of_the_user_and_no_other() {
+        let (grants, resolver, endpoint) = grants(16);
+        grant(&grants, &resolver, "t1", &user(1, None)).unwrap();
+        grant(&grants, &resolver, "t2", &user(1, Some("s"))).unwrap();
+        grant(&grants, &resolver, "t3", &user(2, None)).unwrap();
+        grants.revoke(&Revocation::User {
+            endpoint,
+            user_id: 1,
+        });
+        assert_eq!(owed(&grants), ["Bearer t1", "Bearer t2"]);
+        assert_eq!(grants.len(), 1);
+    }
+
+    #[test]
+    fn a_logout_purges_only_the_answers_of_that_session() {
+        let (grants, resolver, endpoint) = grants(16);
+        grant(&grants, &resolver, "t1", &user(1, Some("phone"))).unwrap();
+        grant(&grants, &resolver, "t2", &user(1, Some("laptop"))).unwrap();
+        grant(&grants, &resolver, "t3", &user(1, None)).unwrap();
+        grants.revoke(&Revocation::Session {
+            endpoint,
+            user_id: 1,
+            session: "phone".into(),
+        });
+        assert_eq!(owed(&grants), ["Bearer t1"]);
+        assert_eq!(grants.len(), 2);
+    }
+
+    #[test]
+    fn everything_revoked_or_to_be_rechecked_purges_every_answer() {
+        for revocation in [Revocation::All, Revocation::Recheck] {
+            let (grants, resolver, _) = grants(16);
+            grant(&grants, &resolver, "t1", &user(1, None)).unwrap();
+            grant(&grants, &resolver, "t2", &user(2, None)).unwrap();
+            grants.revoke(&revocation);
+            assert_eq!(owed(&grants), ["Bearer t1", "Bearer t2"]);
+            assert_eq!(grants.len(), 0);
+        }
+    }
+
+    #[test]
+    fn a_revocation_at_another_integrator_purges_nothing() {
+        let (grants, resolver, _) = grants(16);
+        grant(&grants, &resolver, "t1", &user(1, None)).unwrap();
+        grants.revoke(&Revocation::User {
+            endpoint: "https://other.example/".into(),
+            user_id: 1,
+        });
+        assert!(owed(&grants).is_empty());
+        assert_eq!(grants.len(), 1);
+    }
+
+    #[test]
+    fn an_answer_resolved_while_a_revocation_arrived_is_not_granted() {
+        let (grants, resolver, endpoint) = grants(16);
+        let ticket = grants.ticket();
+        grants.revoke(&Revocation::User {
+            endpoint,
+            user_id: 7,
+        });
+        let fingerprint = resolver.fingerprint(AUTH_URL, "t1").unwrap();
+        assert_eq!(
+            grants.grant(ticket, "Bearer t1", fingerprint, &user(1, None)),
+            None
+        );
+        assert_eq!(grant(&grants, &resolver, "t1", &user(1, None)), Some(60));
+    }
+
+    #[test]
+    fn a_stale_or_expiring_answer_is_granted_no_longer_than_it_is_valid() {
+        let (grants, resolver, _) = grants(16);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let stale = User {
+            stale: true,
+            ..user(1, None)
+        };
+        assert_eq!(grant(&grants, &resolver, "t1", &stale), None);
+        let expired = User {
+            expires_at: Some(Expiry::from_unix_seconds(now)),
+            ..user(1, None)
+        };
+        assert_eq!(grant(&grants, &resolver, "t2", &expired), None);
+        let soon = User {
+            expires_at: Some(Expiry::from_unix_seconds(now + 10)),
+            ..user(1, None)
+        };
+        let secs = grant(&grants, &resolver, "t3", &soon).unwrap();
+        assert!((9..=10).contains(&secs), "{secs} s");
+        assert_eq!(grants.len(), 1);
+    }
+
+    #[test]
+    fn a_full_table_grants_nothing_until_nginx_has_let_an_answer_expire() {
+        let (grants, resolver, _) = grants(2);
+        grant(&grants, &resolver, "t1", &user(1, None)).unwrap();
+        grant(&grants, &resolver, "t2", &user(2, None)).unwrap();
+        assert_eq!(grant(&grants, &resolver, "t3", &user(3, None)), None);
+        assert_eq!(
+            grant(&grants, &resolver, "t1", &user(1, None)),
+            Some(60),
+            "a key granted anew keeps its one place"
+        );
+        let later = Instant::now() + Duration::from_secs(61);
+        grants.table.lock().unwrap().forget_expired(later);
+        assert_eq!(grants.len(), 0);
+        let table = grants.table.lock().unwrap();
+        assert!(table.by_token.is_empty() && table.by_user.is_empty());
+        drop(table);
+        assert_eq!(grant(&grants, &resolver, "t3", &user(3, None)), Some(60));
+    }
+}
