@@ -32,14 +32,9 @@ pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut 
     loop {
         tokio::select! {
             () = stopped.wait() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => admit(stream, peer, &shared),
-                Err(error) => {
-                    // Out of file descriptors and the like: do not spin.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
+            (stream, peer) = token_resolver_listener::accept(&listener) => {
+                admit(stream, peer, &shared);
+            }
         }
     }
     shared.set_accepting(false);

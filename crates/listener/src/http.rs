@@ -71,15 +71,7 @@ pub async fn serve(
     loop {
         let (stream, peer) = tokio::select! {
             () = stopped.wait() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors and the like: do not spin.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            accepted = crate::task::accept(&listener) => accepted,
         };
         let Some(address_slot) = per_address.admit(peer.ip()) else {
             tracing::debug!(%peer, "client address at its cap: connection answered 503");

@@ -1,7 +1,7 @@
 //! What every server of the token-resolver products shares, so that each listens the same way:
 //!
-//! - [`task`]: [`ServerTask`], a server in a tokio task with a bounded graceful stop, and the
-//!   [`Stopped`] signal its accept loop watches;
+//! - [`task`]: [`ServerTask`], a server in a tokio task with a bounded graceful stop, the
+//!   [`Stopped`] signal its accept loop watches, and [`accept`], which does not spin;
 //! - [`http`]: serving an axum router within [`HttpLimits`] (a connection cap, deadlines for a
 //!   request's head and for the whole request);
 //! - [`budget`]: [`Budget`], how often each caller (an address, a device id) did something
@@ -29,4 +29,4 @@ pub use caps::{address_key, AddressSlot, PerAddress, TurnAway};
 pub use forwarded::{TrustedProxies, TrustedProxyError};
 pub use http::HttpLimits;
 pub use secret::{AdminSecret, AdminSecretError};
-pub use task::{ServerTask, Stopped};
+pub use task::{accept, ServerTask, Stopped};

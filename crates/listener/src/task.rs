@@ -3,8 +3,10 @@
 //! it; how each one stops accepting and finishes its connections is its own business.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -59,6 +61,23 @@ impl Drop for ServerTask {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
+        }
+    }
+}
+
+/// How long an accept loop waits after a failed accept.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+
+/// The next connection on `listener`. A failed accept (out of file descriptors and the like)
+/// is logged and tried again after a pause, so that an accept loop does not spin.
+pub async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => return accepted,
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(ACCEPT_PAUSE).await;
+            }
         }
     }
 }

@@ -131,15 +131,7 @@ pub(super) async fn serve(
     loop {
         let (stream, peer) = tokio::select! {
             () = stop.wait() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors and the like: wait rather than spin.
-                    tracing::warn!(%error, "reference API: accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            },
+            accepted = token_resolver_listener::accept(&listener) => accepted,
         };
         let head_by = Instant::now() + limits.head_timeout;
         counts.accepted.fetch_add(1, Ordering::Relaxed);
