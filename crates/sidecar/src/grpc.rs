@@ -5,7 +5,8 @@
 //! or DENIED with the HTTP status, `WWW-Authenticate`, `Retry-After` and the JSON body a
 //! bearer API answers (SPEC section 10). The protos are `envoy-types`' (precompiled).
 //!
-//! A request without HTTP attributes is `INVALID_ARGUMENT`; nothing of it is logged.
+//! A request without HTTP attributes is `INVALID_ARGUMENT`; nothing of it is logged. The
+//! listener keeps the sidecar's connection cap and head deadline (`admission`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ use envoy_types::ext_authz::v3::{
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
+use super::admission;
 use super::authorize::encoded_name;
 use super::Node;
 use token_resolver::axum::{bearer_token, AuthRejection};
@@ -45,16 +47,15 @@ pub(crate) struct Checker {
 /// Serves the `Authorization` service on `listener` until `stopped` fires.
 pub(crate) async fn serve(listener: TcpListener, node: Arc<Node>, mut stopped: Stopped) {
     let local = listener.local_addr().ok();
+    let (cap, deadline) = (node.config.max_connections, node.config.header_timeout);
+    let incoming = admission::admit(listener, cap, deadline);
     let served = tonic::transport::Server::builder()
         .timeout(CHECK_TIMEOUT)
         .max_concurrent_streams(MAX_STREAMS)
         .http2_keepalive_interval(Some(KEEPALIVE))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(AuthorizationServer::new(Checker { node }))
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async move { stopped.wait().await },
-        )
+        .serve_with_incoming_shutdown(incoming, async move { stopped.wait().await })
         .await;
     if let Err(error) = served {
         tracing::warn!(?local, %error, "the gRPC listener stopped with an error");

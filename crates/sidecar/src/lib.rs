@@ -14,7 +14,7 @@
 //! - `nginx_cache`: with [`NginxCache`], nginx keeps `/v1/authorize` answers in its own cache
 //!   for as long as the sidecar grants, and the sidecar purges them when a revocation comes.
 //! - `grpc`: Envoy's ext_authz over gRPC (`Authorization/Check`), on a listener of its own
-//!   ([`Sidecar::spawn_grpc`]).
+//!   ([`Sidecar::spawn_grpc`]), whose connections `admission` bounds.
 //!
 //! The admin listener (`/metrics`, `/healthz`, `/readyz`, `POST /admin/revoke`) is the game
 //! server's ([`token_resolver_game_server::spawn_admin`]), serving the sidecar through
@@ -35,6 +35,7 @@
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+mod admission;
 mod authorize;
 mod events;
 mod grpc;
@@ -73,10 +74,11 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How a [`Sidecar`] serves.
 #[derive(Debug, Clone)]
 pub struct SidecarConfig {
-    /// Connections open at once (event streams included); one more is answered 503.
-    /// Default: 1024.
+    /// Connections open at once on each listener (event streams included); one more is
+    /// answered 503 (closed, on the gRPC listener). Default: 1024.
     pub max_connections: usize,
-    /// Longest wait for a request's head, from accept or the last answer. Default: 10 s.
+    /// Longest wait for a request's head, from accept or the last answer (on the gRPC
+    /// listener: for the HTTP/2 preface, from accept). Default: 10 s.
     pub header_timeout: Duration,
     /// Longest a request may take before it is answered 408 (an event stream's head is sent
     /// at once; its events are not bounded by it). Default: 10 s.

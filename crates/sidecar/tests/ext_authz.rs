@@ -140,3 +140,77 @@ async fn a_check_is_ok_with_the_users_headers_or_denied_as_a_bearer_api_answers(
     assert_eq!(empty.code(), tonic::Code::InvalidArgument);
     grpc.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_sockets_are_closed_at_the_head_deadline_and_one_over_the_cap_at_once() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    let api = support::reference_api().await;
+    let base = api.base_url();
+    let token = support::login_and_take_token(&base, "alice", "wonderland").await;
+    let resolver = Resolver::builder().default_auth_url(&base).build().unwrap();
+    let config = SidecarConfig {
+        max_connections: 4,
+        header_timeout: Duration::from_secs(2),
+        ..SidecarConfig::default()
+    };
+    let grpc = Sidecar::new(resolver, config)
+        .spawn_grpc("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = grpc.local_addr();
+    /// Whether the server closes `socket` within `within` (an end, or a reset when it left
+    /// bytes unread).
+    async fn closed_within(socket: &mut TcpStream, within: Duration) -> bool {
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout(within, socket.read(&mut byte)).await {
+            Ok(Ok(0)) => true,
+            Ok(Err(e)) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            _ => false,
+        }
+    }
+
+    // 24 bytes that are not the HTTP/2 preface: closed once read, long before the deadline.
+    let mut http1 = TcpStream::connect(addr).await.unwrap();
+    http1
+        .write_all(b"GET / HTTP/1.1\r\nHost: \r\n")
+        .await
+        .unwrap();
+    assert!(closed_within(&mut http1, Duration::from_secs(1)).await);
+
+    let started = Instant::now();
+    let mut silent = Vec::new();
+    for _ in 0..4 {
+        silent.push(TcpStream::connect(addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut over = TcpStream::connect(addr).await.unwrap();
+    assert!(
+        closed_within(&mut over, Duration::from_secs(1)).await,
+        "a fifth connection is closed at once while four hold the cap"
+    );
+    for socket in &mut silent {
+        assert!(
+            closed_within(socket, Duration::from_secs(5)).await,
+            "a socket that never sent the preface is closed"
+        );
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "closed at the head deadline, not before: {:?}",
+        started.elapsed()
+    );
+
+    let ok = client(&grpc)
+        .await
+        .check(check_request(
+            &[("authorization", &format!("Bearer {token}"))],
+            &[],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ok.status.unwrap().code, 0, "the slots came back");
+}
