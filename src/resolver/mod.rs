@@ -420,6 +420,13 @@ impl Resolver {
         self.resolve_miss(&endpoint, &key, stale).await
     }
 
+    /// How long an answer is kept before the integrator is asked again, at most
+    /// ([`ResolverBuilder::cache_ttl`]; an answer's `max-age` may shorten it): a proxy that
+    /// caches the resolver's answers must keep them no longer.
+    pub fn cache_ttl(&self) -> Duration {
+        self.inner.cache_ttl
+    }
+
     /// The leeway on every `exp` ([`ResolverBuilder::clock_skew`]): a token whose expiry is `t`
     /// is valid until `t` plus this.
     pub fn clock_skew(&self) -> Duration {

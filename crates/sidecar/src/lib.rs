@@ -177,7 +177,9 @@ impl Sidecar {
     pub fn new(resolver: Resolver, config: SidecarConfig) -> Sidecar {
         let grants = config.nginx_cache.as_ref().map(|nginx| {
             let endpoint = resolver.default_endpoint().map(|e| e.as_str().to_owned());
-            Arc::new(Grants::new(nginx, endpoint))
+            // nginx never keeps an answer longer than the resolver itself would.
+            let nginx = nginx.clone().ttl(nginx.ttl.min(resolver.cache_ttl()));
+            Arc::new(Grants::new(&nginx, endpoint))
         });
         let node = Arc::new(Node {
             grants,

@@ -102,7 +102,8 @@ impl NginxCache {
         self.purge_url.as_str()
     }
 
-    /// Longest nginx may keep an answer; shorter when the token expires sooner. Default: 60 s.
+    /// Longest nginx may keep an answer; shorter when the token expires sooner, and never
+    /// longer than the resolver's own cache TTL. Default: 60 s.
     #[must_use]
     pub fn ttl(mut self, ttl: Duration) -> NginxCache {
         self.ttl = ttl;

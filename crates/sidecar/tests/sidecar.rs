@@ -292,3 +292,50 @@ async fn a_forgotten_session_is_not_kept_and_its_id_is_checked() {
     let long = "x".repeat(129);
     assert_eq!(delete(&long).await.unwrap().status(), 400);
 }
+
+#[tokio::test]
+async fn nginx_may_keep_a_default_answer_no_longer_than_the_resolver_would_and_no_other() {
+    use token_resolver::Resolver;
+    use token_resolver_sidecar::{NginxCache, Sidecar};
+
+    let api = support::reference_api().await;
+    let token = support::login_and_take_token(&api.base_url(), "alice", "wonderland").await;
+    let resolver = Resolver::builder()
+        .default_auth_url(api.base_url())
+        .cache_ttl(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let config = SidecarConfig {
+        nginx_cache: Some(NginxCache::new("http://127.0.0.1:9/purge").unwrap()),
+        ..SidecarConfig::default()
+    };
+    let sidecar = Sidecar::new(resolver, config)
+        .spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let url = format!("http://{}/v1/authorize", sidecar.local_addr());
+    let client = reqwest::Client::new();
+
+    let kept = client.get(&url).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(kept.status(), 200);
+    assert_eq!(
+        kept.headers()["x-accel-expires"],
+        "10",
+        "the resolver's 10 s cache TTL, not nginx's 60 s"
+    );
+    assert!(kept.headers().get("cache-control").is_none());
+
+    let named = client
+        .get(&url)
+        .bearer_auth(&token)
+        .header("x-auth-url", api.base_url())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(named.status(), 200);
+    assert!(
+        named.headers().get("x-accel-expires").is_none(),
+        "an answer for a named authUrl is not nginx's to keep"
+    );
+    assert_eq!(named.headers()["cache-control"], "no-store");
+}
