@@ -175,7 +175,17 @@ impl Sidecar {
     /// A sidecar resolving with `resolver`, which also feeds it the revocations it hears (its
     /// Redis tier's, and those `/admin/revoke` applies).
     pub fn new(resolver: Resolver, config: SidecarConfig) -> Sidecar {
-        let grants = config.nginx_cache.as_ref().map(|nginx| {
+        // Nothing is granted unless purges can be sent.
+        let purges = config.nginx_cache.clone().and_then(|nginx| {
+            match nginx_cache::purge_client() {
+                Ok(client) => Some((nginx, client)),
+                Err(e) => {
+                    tracing::error!(error = %e, "no client for nginx purges: nginx keeps nothing");
+                    None
+                }
+            }
+        });
+        let grants = purges.as_ref().map(|(nginx, _)| {
             let endpoint = resolver.default_endpoint().map(|e| e.as_str().to_owned());
             // nginx never keeps an answer longer than the resolver itself would.
             let nginx = nginx.clone().ttl(nginx.ttl.min(resolver.cache_ttl()));
@@ -198,7 +208,7 @@ impl Sidecar {
             node.cut.clone(),
             Arc::downgrade(&node.registry),
         ));
-        if let (Some(grants), Some(nginx)) = (&node.grants, &node.config.nginx_cache) {
+        if let (Some(grants), Some((nginx, client))) = (&node.grants, purges) {
             tokio::spawn(nginx_cache::listen(
                 Arc::downgrade(grants),
                 node.resolver.revocations(),
@@ -206,6 +216,7 @@ impl Sidecar {
             ));
             tokio::spawn(nginx_cache::purge(
                 nginx_cache::owed(grants),
+                client,
                 nginx.purge_url.clone(),
                 node.cut.clone(),
             ));

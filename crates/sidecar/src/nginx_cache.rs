@@ -407,19 +407,25 @@ pub(crate) fn owed(grants: &Grants) -> Arc<Purges> {
     grants.purges.clone()
 }
 
-/// Sends the purges owed to nginx's purge location at `url` until `cut`.
-pub(crate) async fn purge(purges: Arc<Purges>, url: reqwest::Url, cut: CancellationToken) {
-    let client = match reqwest::Client::builder()
+/// The client purges are sent with: loopback, no proxy, each purge bounded.
+///
+/// # Errors
+///
+/// reqwest's, when it cannot build a client; then nothing may be granted.
+pub(crate) fn purge_client() -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
         .timeout(PURGE_TIMEOUT)
         .no_proxy()
         .build()
-    {
-        Ok(client) => client,
-        Err(e) => {
-            tracing::error!(error = %e, "no HTTP client for nginx purges");
-            return;
-        }
-    };
+}
+
+/// Sends the purges owed to nginx's purge location at `url` with `client` until `cut`.
+pub(crate) async fn purge(
+    purges: Arc<Purges>,
+    client: reqwest::Client,
+    url: reqwest::Url,
+    cut: CancellationToken,
+) {
     let mut backoff: HashMap<Arc<str>, Duration> = HashMap::new();
     loop {
         let (due, next) = purges.due(Instant::now());
