@@ -166,7 +166,16 @@ impl Nginx {
 }
 
 impl Drop for Nginx {
+    /// SIGTERM, so that the master stops its workers (a SIGKILL to the master alone leaves
+    /// them serving, orphaned); SIGKILL if it has not exited within two seconds.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
