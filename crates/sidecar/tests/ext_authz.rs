@@ -144,7 +144,8 @@ async fn a_check_is_ok_with_the_users_headers_or_denied_as_a_bearer_api_answers(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_sockets_are_closed_at_the_head_deadline_and_one_over_the_cap_at_once() {
     use std::time::{Duration, Instant};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use support::closed_within;
+    use tokio::io::AsyncWriteExt;
     use tokio::net::TcpStream;
 
     let api = support::reference_api().await;
@@ -161,16 +162,6 @@ async fn silent_sockets_are_closed_at_the_head_deadline_and_one_over_the_cap_at_
         .await
         .unwrap();
     let addr = grpc.local_addr();
-    /// Whether the server closes `socket` within `within` (an end, or a reset when it left
-    /// bytes unread).
-    async fn closed_within(socket: &mut TcpStream, within: Duration) -> bool {
-        let mut byte = [0u8; 1];
-        match tokio::time::timeout(within, socket.read(&mut byte)).await {
-            Ok(Ok(0)) => true,
-            Ok(Err(e)) => e.kind() == std::io::ErrorKind::ConnectionReset,
-            _ => false,
-        }
-    }
 
     // 24 bytes that are not the HTTP/2 preface: closed once read, long before the deadline.
     let mut http1 = TcpStream::connect(addr).await.unwrap();
