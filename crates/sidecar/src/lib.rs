@@ -209,13 +209,14 @@ impl Sidecar {
             Arc::downgrade(&node.registry),
         ));
         if let (Some(grants), Some((nginx, client))) = (&node.grants, purges) {
-            tokio::spawn(nginx_cache::listen(
-                Arc::downgrade(grants),
+            tokio::spawn(live::follow(
                 node.resolver.revocations(),
                 node.cut.clone(),
+                Arc::downgrade(grants),
+                Grants::revoke,
             ));
             tokio::spawn(nginx_cache::purge(
-                nginx_cache::owed(grants),
+                grants.purges(),
                 client,
                 nginx.purge_url.clone(),
                 node.cut.clone(),

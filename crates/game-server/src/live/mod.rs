@@ -99,31 +99,41 @@ impl Holdings {
 /// Applies `revocations` to the sessions in `registry` until the server is `cut` or gone; a lag
 /// (revocations missed) makes every session check its tokens again.
 pub async fn listen(
-    mut revocations: broadcast::Receiver<Revocation>,
+    revocations: broadcast::Receiver<Revocation>,
     cut: CancellationToken,
     registry: Weak<Registry>,
+) {
+    follow(revocations, cut, registry, |registry, revocation| {
+        let kicked = registry.revoke(revocation);
+        if kicked > 0 {
+            tracing::info!(kicked, "sessions revoked");
+        }
+    })
+    .await;
+}
+
+/// Hands each of `revocations` to `apply` with `target` until `cut`, the end of the feed or
+/// `target`'s; a lag (revocations missed) is handed on as [`Revocation::Recheck`], which
+/// assumes nothing of what was missed.
+pub async fn follow<T: ?Sized>(
+    mut revocations: broadcast::Receiver<Revocation>,
+    cut: CancellationToken,
+    target: Weak<T>,
+    apply: impl Fn(&T, &Revocation),
 ) {
     loop {
         let received = tokio::select! {
             () = cut.cancelled() => return,
             received = revocations.recv() => received,
         };
-        let Some(registry) = registry.upgrade() else {
+        let Some(target) = target.upgrade() else {
             return;
         };
         match received {
-            Ok(revocation) => {
-                let kicked = registry.revoke(&revocation);
-                if kicked > 0 {
-                    tracing::info!(kicked, "sessions revoked");
-                }
-            }
+            Ok(revocation) => apply(&target, &revocation),
             Err(RecvError::Lagged(missed)) => {
-                tracing::warn!(
-                    missed,
-                    "revocations missed: every session checks its tokens"
-                );
-                registry.revoke(&Revocation::Recheck);
+                tracing::warn!(missed, "revocations missed: treated as a re-check of all");
+                apply(&target, &Revocation::Recheck);
             }
             Err(RecvError::Closed) => return,
         }

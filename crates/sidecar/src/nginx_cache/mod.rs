@@ -7,8 +7,10 @@
 //! grant: nginx's cache key (the `Authorization` header as nginx saw it), the token's
 //! fingerprint, the user and the integrator's session. A revocation (a token, a user, a
 //! session, everything, or a lost channel) takes the grants it names out of the table and
-//! queues a purge of each; the purger asks nginx's purge location to drop the key, retrying
-//! until nginx answers or the grant would have expired anyway. Nothing is granted when the
+//! queues a purge of each; the purger (`purger`) asks nginx's purge location to drop the key,
+//! retrying until nginx answers or the grant would have expired anyway. The revocations come
+//! through the game server's `live::follow`, which turns a lagging feed into a re-check of all:
+//! every grant is purged then. Nothing is granted when the
 //! table is full, when the answer is stale, for another integrator (`X-Auth-Url`), or when a
 //! revocation arrived while the token was being resolved.
 //!
@@ -17,34 +19,22 @@
 //! The table lives in this process only: what a previous process granted cannot be purged,
 //! and stays in nginx until its own expiry (the TTL at most).
 
+mod purger;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use futures_util::StreamExt;
 use token_resolver::{Revocation, TokenFingerprint, User};
-use tokio::sync::{broadcast, Notify};
-use tokio_util::sync::CancellationToken;
 
-/// The header in which the purger names the cache key to drop.
-pub const PURGE_HEADER: &str = "x-token-resolver-purge";
-/// `sidecar_nginx_purges_total{outcome}`: purges by what nginx answered (`purged`, `absent`)
-/// or `failed` (retried until the grant's end).
-pub const PURGES_TOTAL: &str = "sidecar_nginx_purges_total";
+use self::purger::Owed;
+pub(crate) use self::purger::{purge, purge_client, Purges};
+pub use self::purger::{PURGES_TOTAL, PURGE_HEADER};
 
 /// A purge of a grant younger than this is sent again once it is this old: nginx stores an
 /// answer a moment after the sidecar sends it, and a purge in that moment finds nothing.
 const SETTLE: Duration = Duration::from_secs(1);
-/// Purges in flight at once.
-const PURGES_AT_ONCE: usize = 16;
-/// Longest a purge request may take.
-const PURGE_TIMEOUT: Duration = Duration::from_secs(2);
-/// First wait before a failed purge is sent again; doubled up to [`RETRY_MAX`].
-const RETRY_FIRST: Duration = Duration::from_millis(50);
-/// Longest wait between retries of a failed purge.
-const RETRY_MAX: Duration = Duration::from_secs(1);
-
 /// Lets nginx cache `/v1/authorize` answers and purges them on revocation (see
 /// `examples/nginx`, which needs Debian's `libnginx-mod-http-cache-purge`).
 ///
@@ -162,22 +152,6 @@ struct Table {
     expiry: VecDeque<(Instant, Arc<str>)>,
 }
 
-/// A purge owed: not before `at`, once more at `again`, pointless after `until`.
-#[derive(Clone, Copy)]
-struct Owed {
-    at: Instant,
-    again: Option<Instant>,
-    until: Instant,
-}
-
-/// The purges owed, one per key (a later one for the same key takes its place), and the
-/// purger's bell.
-#[derive(Default)]
-pub(crate) struct Purges {
-    owed: Mutex<HashMap<Arc<str>, Owed>>,
-    bell: Notify,
-}
-
 /// A ticket taken before a resolve: [`Grants::grant`] refuses it if a revocation came since.
 #[derive(Clone, Copy)]
 pub(crate) struct Ticket(u64);
@@ -272,11 +246,6 @@ impl Grants {
         self.owe(taken);
     }
 
-    /// Everything may have been missed (the revocation feed lagged): purge every grant.
-    fn revoke_all(&self) {
-        self.revoke(&Revocation::All);
-    }
-
     /// Queues a purge of each taken grant, sent again when it settles if it is younger than
     /// [`SETTLE`].
     fn owe(&self, taken: Vec<(Arc<str>, Grant)>) {
@@ -284,20 +253,20 @@ impl Grants {
             return;
         }
         let now = Instant::now();
-        let mut owed = self.purges.owed.lock().unwrap_or_else(|e| e.into_inner());
-        for (key, grant) in taken {
+        self.purges.owe(taken.into_iter().map(|(key, grant)| {
             let settled = grant.granted + SETTLE;
-            owed.insert(
-                key,
-                Owed {
-                    at: now,
-                    again: (settled > now).then_some(settled),
-                    until: grant.until,
-                },
-            );
-        }
-        drop(owed);
-        self.purges.bell.notify_one();
+            let owed = Owed {
+                at: now,
+                again: (settled > now).then_some(settled),
+                until: grant.until,
+            };
+            (key, owed)
+        }));
+    }
+
+    /// The purges owed, for the purger.
+    pub(crate) fn purges(&self) -> Arc<Purges> {
+        self.purges.clone()
     }
 
     /// Grants held now.
@@ -370,162 +339,6 @@ fn unlist<K: std::hash::Hash + Eq>(index: &mut HashMap<K, Vec<Arc<str>>>, at: &K
         if keys.is_empty() {
             index.remove(at);
         }
-    }
-}
-
-/// Applies the revocations this node hears to `grants` until `cut` or the feed ends; a feed
-/// that lagged purges everything.
-pub(crate) async fn listen(
-    grants: Weak<Grants>,
-    mut revocations: broadcast::Receiver<Revocation>,
-    cut: CancellationToken,
-) {
-    loop {
-        let heard = tokio::select! {
-            () = cut.cancelled() => return,
-            heard = revocations.recv() => heard,
-        };
-        let Some(grants) = grants.upgrade() else {
-            return;
-        };
-        match heard {
-            Ok(revocation) => grants.revoke(&revocation),
-            Err(broadcast::error::RecvError::Lagged(missed)) => {
-                tracing::warn!(
-                    missed,
-                    "revocations were missed: every answer nginx holds is purged"
-                );
-                grants.revoke_all();
-            }
-            Err(broadcast::error::RecvError::Closed) => return,
-        }
-    }
-}
-
-/// The purges `grants` owes, for [`purge`].
-pub(crate) fn owed(grants: &Grants) -> Arc<Purges> {
-    grants.purges.clone()
-}
-
-/// The client purges are sent with: loopback, no proxy, each purge bounded.
-///
-/// # Errors
-///
-/// reqwest's, when it cannot build a client; then nothing may be granted.
-pub(crate) fn purge_client() -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .timeout(PURGE_TIMEOUT)
-        .no_proxy()
-        .build()
-}
-
-/// Sends the purges owed to nginx's purge location at `url` with `client` until `cut`.
-pub(crate) async fn purge(
-    purges: Arc<Purges>,
-    client: reqwest::Client,
-    url: reqwest::Url,
-    cut: CancellationToken,
-) {
-    let mut backoff: HashMap<Arc<str>, Duration> = HashMap::new();
-    loop {
-        let (due, next) = purges.due(Instant::now());
-        if due.is_empty() {
-            tokio::select! {
-                () = cut.cancelled() => return,
-                () = purges.bell.notified() => {}
-                () = sleep_until(next) => {}
-            }
-            continue;
-        }
-        let sent: Vec<(bool, Arc<str>, Owed)> = futures_util::stream::iter(due)
-            .map(|(key, owed)| {
-                let (client, url) = (&client, &url);
-                async move { (send(client, url, &key).await, key, owed) }
-            })
-            .buffer_unordered(PURGES_AT_ONCE)
-            .collect()
-            .await;
-        for (done, key, owed) in sent {
-            let later = if done {
-                backoff.remove(&key);
-                owed.again.map(|at| Owed {
-                    at,
-                    again: None,
-                    ..owed
-                })
-            } else {
-                let wait = backoff
-                    .get(&key)
-                    .map_or(RETRY_FIRST, |w| (*w * 2).min(RETRY_MAX));
-                backoff.insert(key.clone(), wait);
-                Some(Owed {
-                    at: Instant::now() + wait,
-                    ..owed
-                })
-            };
-            match later {
-                Some(later) if later.at < later.until => purges.owe_again(key, later),
-                _ => {
-                    backoff.remove(&key);
-                }
-            }
-        }
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// One purge: `true` when nginx answered (purged, or had nothing under the key).
-async fn send(client: &reqwest::Client, url: &reqwest::Url, key: &str) -> bool {
-    let outcome = match client
-        .get(url.clone())
-        .header(PURGE_HEADER, key)
-        .send()
-        .await
-    {
-        Ok(answer) if answer.status().is_success() => "purged",
-        Ok(answer) if answer.status() == reqwest::StatusCode::NOT_FOUND => "absent",
-        Ok(answer) => {
-            tracing::warn!(status = %answer.status(), "nginx refused a purge; retrying");
-            "failed"
-        }
-        Err(e) => {
-            // reqwest's error names the URL, never a header.
-            tracing::warn!(error = %e, "a purge did not reach nginx; retrying");
-            "failed"
-        }
-    };
-    metrics::counter!(PURGES_TOTAL, "outcome" => outcome).increment(1);
-    outcome != "failed"
-}
-
-impl Purges {
-    /// Takes the purges due at `now`, and says when the next one is.
-    fn due(&self, now: Instant) -> (Vec<(Arc<str>, Owed)>, Option<Instant>) {
-        let mut owed = self.owed.lock().unwrap_or_else(|e| e.into_inner());
-        owed.retain(|_, o| o.until > now);
-        let keys: Vec<Arc<str>> = owed
-            .iter()
-            .filter(|(_, o)| o.at <= now)
-            .map(|(k, _)| k.clone())
-            .collect();
-        let due = keys
-            .into_iter()
-            .filter_map(|k| owed.remove_entry(&k))
-            .collect();
-        let next = owed.values().map(|o| o.at).min();
-        (due, next)
-    }
-
-    /// Owes `key` again (a retry, or the settled purge), unless a purge of it is owed already.
-    fn owe_again(&self, key: Arc<str>, again: Owed) {
-        let mut owed = self.owed.lock().unwrap_or_else(|e| e.into_inner());
-        owed.entry(key).or_insert(again);
     }
 }
 
