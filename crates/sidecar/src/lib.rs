@@ -175,29 +175,16 @@ impl Sidecar {
     /// A sidecar resolving with `resolver`, which also feeds it the revocations it hears (its
     /// Redis tier's, and those `/admin/revoke` applies).
     pub fn new(resolver: Resolver, config: SidecarConfig) -> Sidecar {
-        // Nothing is granted unless purges can be sent.
-        let purges = config.nginx_cache.clone().and_then(|nginx| {
-            match nginx_cache::purge_client() {
-                Ok(client) => Some((nginx, client)),
-                Err(e) => {
-                    tracing::error!(error = %e, "no client for nginx purges: nginx keeps nothing");
-                    None
-                }
-            }
-        });
-        let grants = purges.as_ref().map(|(nginx, _)| {
-            let endpoint = resolver.default_endpoint().map(|e| e.as_str().to_owned());
-            // nginx never keeps an answer longer than the resolver itself would.
-            let nginx = nginx.clone().ttl(nginx.ttl.min(resolver.cache_ttl()));
-            Arc::new(Grants::new(&nginx, endpoint))
-        });
+        let cut = CancellationToken::new();
+        let grants = (config.nginx_cache.as_ref())
+            .and_then(|nginx| nginx_cache::start(nginx, &resolver, &cut));
         let node = Arc::new(Node {
             grants,
             registry: Arc::default(),
             sessions: Sessions::default(),
             events: Events::new(config.journal, config.stream_buffer),
             rechecks: Pacer::new(config.recheck_rate),
-            cut: CancellationToken::new(),
+            cut,
             draining: CancellationToken::new(),
             resolver,
             config,
@@ -208,20 +195,6 @@ impl Sidecar {
             node.cut.clone(),
             Arc::downgrade(&node.registry),
         ));
-        if let (Some(grants), Some((nginx, client))) = (&node.grants, purges) {
-            tokio::spawn(live::follow(
-                node.resolver.revocations(),
-                node.cut.clone(),
-                Arc::downgrade(grants),
-                Grants::revoke,
-            ));
-            tokio::spawn(nginx_cache::purge(
-                grants.purges(),
-                client,
-                nginx.purge_url.clone(),
-                node.cut.clone(),
-            ));
-        }
         Sidecar { node }
     }
 

@@ -26,10 +26,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use token_resolver::{Revocation, TokenFingerprint, User};
+use token_resolver::{Resolver, Revocation, TokenFingerprint, User};
+use token_resolver_game_server::live;
+use tokio_util::sync::CancellationToken;
 
 use self::purger::Owed;
-pub(crate) use self::purger::{purge, purge_client, Purges};
+use self::purger::{purge, purge_client, Purges};
 pub use self::purger::{PURGES_TOTAL, PURGE_HEADER};
 
 /// A purge of a grant younger than this is sent again once it is this old: nginx stores an
@@ -121,6 +123,36 @@ impl std::fmt::Display for PurgeUrlError {
 }
 
 impl std::error::Error for PurgeUrlError {}
+
+/// The grants of `nginx` for `resolver`'s default authUrl, following its revocations and
+/// purging until `cut`; `None`, with an error logged, when no purge client can be built:
+/// nothing is granted unless purges can be sent.
+pub(crate) fn start(
+    nginx: &NginxCache,
+    resolver: &Resolver,
+    cut: &CancellationToken,
+) -> Option<Arc<Grants>> {
+    let client = match purge_client() {
+        Ok(client) => client,
+        Err(e) => {
+            tracing::error!(error = %e, "no client for nginx purges: nginx keeps nothing");
+            return None;
+        }
+    };
+    let endpoint = resolver.default_endpoint().map(|e| e.as_str().to_owned());
+    // nginx never keeps an answer longer than the resolver itself would.
+    let config = nginx.clone().ttl(nginx.ttl.min(resolver.cache_ttl()));
+    let grants = Arc::new(Grants::new(&config, endpoint));
+    tokio::spawn(live::follow(
+        resolver.revocations(),
+        cut.clone(),
+        Arc::downgrade(&grants),
+        Grants::revoke,
+    ));
+    let url = nginx.purge_url.clone();
+    tokio::spawn(purge(grants.purges(), client, url, cut.clone()));
+    Some(grants)
+}
 
 /// What nginx was allowed to keep, and the purges owed for what it must drop.
 pub(crate) struct Grants {
@@ -265,7 +297,7 @@ impl Grants {
     }
 
     /// The purges owed, for the purger.
-    pub(crate) fn purges(&self) -> Arc<Purges> {
+    fn purges(&self) -> Arc<Purges> {
         self.purges.clone()
     }
 

@@ -37,7 +37,7 @@ pub(super) struct Owed {
 /// The purges owed, one per key (a later one for the same key takes its place), and the
 /// purger's bell.
 #[derive(Default)]
-pub(crate) struct Purges {
+pub(super) struct Purges {
     pub(super) owed: Mutex<HashMap<Arc<str>, Owed>>,
     bell: Notify,
 }
@@ -47,7 +47,7 @@ pub(crate) struct Purges {
 /// # Errors
 ///
 /// reqwest's, when it cannot build a client; then nothing may be granted.
-pub(crate) fn purge_client() -> reqwest::Result<reqwest::Client> {
+pub(super) fn purge_client() -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder()
         .timeout(PURGE_TIMEOUT)
         .no_proxy()
@@ -55,7 +55,7 @@ pub(crate) fn purge_client() -> reqwest::Result<reqwest::Client> {
 }
 
 /// Sends the purges owed to nginx's purge location at `url` with `client` until `cut`.
-pub(crate) async fn purge(
+pub(super) async fn purge(
     purges: Arc<Purges>,
     client: reqwest::Client,
     url: reqwest::Url,
