@@ -336,7 +336,7 @@ mod tests {
         index.insert(&k2, 7, 102, all);
         index.insert(&k3, 7, 103, all);
         index.insert(&k1, 7, 101, all);
-        let at_a = |k: &CacheKey| k.endpoint().as_str() == a.as_str();
+        let at_a = |k: &CacheKey| k.is_at(&a);
         let found = keys_of(&index, &a, 7);
         assert_eq!(found.len(), 2, "each key once, only at endpoint a");
         assert!(found.iter().any(|k| k.same(&k1)) && found.iter().any(|k| k.same(&k2)));
@@ -392,7 +392,7 @@ mod tests {
             assert!(index.take_token(i as u64, all).is_empty());
         }
         assert_eq!(index.len(), 2049);
-        let at_a = |k: &CacheKey| k.endpoint().as_str() == a.as_str();
+        let at_a = |k: &CacheKey| k.is_at(&a);
         let taken = index.take_user(a.key_hash(), 7, at_a);
         assert_eq!(taken.len(), 2048);
         assert!(taken

@@ -59,8 +59,14 @@ fn hash_key<H: Hasher>(endpoint: &Endpoint, token: &[u8], state: &mut H) {
 /// Whether two keys' parts are equal: the whole token, and the endpoint.
 #[inline]
 fn same_key(a: (&Endpoint, &[u8]), b: (&Endpoint, &[u8])) -> bool {
-    // Keys of one configured authUrl share its `Endpoint`: no string comparison then.
-    a.1 == b.1 && (std::ptr::eq(a.0, b.0) || a.0.as_str() == b.0.as_str())
+    a.1 == b.1 && same_endpoint(a.0, b.0)
+}
+
+/// Whether two endpoints are equal. Keys of one configured authUrl share its `Endpoint`: no
+/// string comparison then.
+#[inline]
+fn same_endpoint(a: &Endpoint, b: &Endpoint) -> bool {
+    std::ptr::eq(a, b) || a.as_str() == b.as_str()
 }
 
 impl Hash for dyn KeyView + '_ {
@@ -100,6 +106,11 @@ impl CacheKey {
             endpoint,
             token: SmallVec::from_slice(token.as_bytes()),
         }))
+    }
+
+    /// Whether this key is at `endpoint`.
+    pub(crate) fn is_at(&self, endpoint: &Endpoint) -> bool {
+        same_endpoint(&self.0.endpoint, endpoint)
     }
 
     /// Whether `self` and `other` are the same key value, not merely equal ones.

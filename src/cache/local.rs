@@ -190,7 +190,7 @@ impl Local {
                 // fingerprint included), so that the store holds nothing the index lost.
                 // Without a shared tier tokens are not indexed: the key stays in the index
                 // until the sweep finds it gone.
-                let at = |key: &CacheKey| key.endpoint().as_str() == endpoint.as_str();
+                let at = |key: &CacheKey| key.is_at(endpoint);
                 for key in self.index.take_token(fingerprint, at) {
                     self.store.invalidate_user(&key as &dyn KeyView);
                 }
@@ -205,7 +205,7 @@ impl Local {
                     endpoint: endpoint.key_hash(),
                     token: fingerprint,
                 }));
-                let at = |key: &CacheKey| key.endpoint().as_str() == endpoint.as_str();
+                let at = |key: &CacheKey| key.is_at(endpoint);
                 for key in self.index.take_token(fingerprint, at) {
                     self.store.invalidate_user(&key as &dyn KeyView);
                 }
@@ -215,7 +215,7 @@ impl Local {
                     endpoint: endpoint.key_hash(),
                     user,
                 }));
-                let at = |key: &CacheKey| key.endpoint().as_str() == endpoint.as_str();
+                let at = |key: &CacheKey| key.is_at(endpoint);
                 for key in self.index.take_user(endpoint.key_hash(), user, at) {
                     self.store.invalidate_user(&key as &dyn KeyView);
                 }
@@ -231,7 +231,7 @@ impl Local {
                 }));
                 // Keys the store no longer holds go too: they were left behind.
                 let is = |key: &CacheKey| {
-                    key.endpoint().as_str() == endpoint.as_str()
+                    key.is_at(endpoint)
                         && (self.store.user(key)).is_none_or(|u| u.session() == Some(session))
                 };
                 for key in self.index.take_user(endpoint.key_hash(), user, is) {
