@@ -259,7 +259,7 @@ impl Reader {
             Err(e) if e.code() == Some("ERR") => return Ok(self.read_any),
             Err(e) => return Err(e),
         };
-        let fields = stream_info(&info);
+        let fields = stream_info(info);
         let id = |name: &str| {
             let value = fields.iter().find(|(k, _)| k == name)?.1.clone();
             Position::parse(&redis::from_redis_value::<String>(value).ok()?)
@@ -354,19 +354,10 @@ fn stream_entries(reply: redis::Value) -> Vec<(Option<Position>, Option<Vec<u8>>
             let mut parts = entry.into_iter();
             let position = (parts.next().and_then(bytes))
                 .and_then(|id| Position::parse(std::str::from_utf8(&id).ok()?));
-            let fields: Vec<Value> = match parts.next() {
-                Some(Value::Array(fields)) => fields,
-                Some(Value::Map(fields)) => fields.into_iter().flat_map(|(k, v)| [k, v]).collect(),
-                _ => Vec::new(),
-            };
-            let mut fields = fields.into_iter();
-            let mut message = None;
-            while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
-                if bytes(name).as_deref() == Some(b"m") {
-                    message = bytes(value);
-                    break;
-                }
-            }
+            let message = (parts.next().map(pairs).unwrap_or_default())
+                .into_iter()
+                .find_map(|(name, value)| (bytes(name).as_deref() == Some(b"m")).then_some(value))
+                .and_then(bytes);
             (position, message)
         })
         .collect()
@@ -383,19 +374,26 @@ fn bytes(value: redis::Value) -> Option<Vec<u8>> {
 }
 
 /// The fields of an `XINFO STREAM` answer (a flat list, or a map), by name.
-fn stream_info(info: &redis::Value) -> Vec<(String, redis::Value)> {
-    match info {
-        redis::Value::Array(items) => items
-            .chunks(2)
-            .filter_map(|pair| match pair {
-                [k, v] => Some((redis::from_redis_value_ref(k).ok()?, v.clone())),
-                _ => None,
-            })
-            .collect(),
-        redis::Value::Map(pairs) => pairs
-            .iter()
-            .filter_map(|(k, v)| Some((redis::from_redis_value_ref(k).ok()?, v.clone())))
-            .collect(),
+fn stream_info(info: redis::Value) -> Vec<(String, redis::Value)> {
+    pairs(info)
+        .into_iter()
+        .filter_map(|(k, v)| Some((redis::from_redis_value_ref(&k).ok()?, v)))
+        .collect()
+}
+
+/// The field-value pairs of a reply, as RESP2 (a flat list) or RESP3 (a map) gives them,
+/// moved out.
+fn pairs(reply: redis::Value) -> Vec<(redis::Value, redis::Value)> {
+    match reply {
+        redis::Value::Array(items) => {
+            let mut items = items.into_iter();
+            let mut pairs = Vec::with_capacity(items.len() / 2);
+            while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                pairs.push((k, v));
+            }
+            pairs
+        }
+        redis::Value::Map(pairs) => pairs,
         _ => Vec::new(),
     }
 }
