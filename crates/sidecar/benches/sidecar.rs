@@ -6,11 +6,11 @@
 //!    Target: >= 0.8x its throughput.
 //! 2. gRPC `Check` (ext_authz): 64 channels checking cached tokens, against a bare tonic
 //!    `Authorization` service that answers OK with the same headers. Target: >= 0.8x.
-//! 3. nginx `auth_request` to the sidecar's `/v1/authorize` (the example configuration, with
-//!    the sidecar granting nginx its answers and purging them on revocation), against nginx
-//!    `auth_request` to the integrator's `/api/user` cached with `proxy_cache`, both in front of
-//!    the same API route. Target: >= 1.0x its throughput, with a lower p99. Skipped with a note
-//!    where nginx or its purge module is not installed.
+//! 3. nginx `auth_request` to the sidecar's `/v1/authorize` (the example configuration as
+//!    shipped, with the sidecar granting nginx its answers and purging them on revocation),
+//!    against nginx `auth_request` to the integrator's `/api/user` cached with `proxy_cache`,
+//!    both in front of the same API route. Target: >= 1.0x its throughput, with a lower p99.
+//!    Skipped with a note where nginx or its purge module is not installed.
 //!    Then, 200 times, a token nginx holds, its user revoked at the admin listener, and the
 //!    time until nginx no longer answers from its cache (the sidecar's purge).
 //! 4. A ban through `/v1/events`: 200 times, a session resolved, its user revoked at the admin
@@ -145,12 +145,11 @@ fn main() {
         match Nginx::binary().filter(|_| Nginx::purge_module().is_some()) {
             Some(binary) => {
                 let upstream_addr = base.trim_start_matches("http://").parse().unwrap();
-                let with_sidecar = Nginx::start_with(
-                    &binary,
-                    2,
-                    &Nginx::load_purge_module(),
-                    &Nginx::sidecar_example(http, behind, purge),
-                );
+                let example = |http: String| {
+                    Nginx::start_with(&binary, 2, &Nginx::load_purge_module(), &http)
+                };
+                // Measured as shipped: without the debugging header the purge row reads.
+                let with_sidecar = example(Nginx::sidecar_example(http, behind, purge));
                 let peer =
                     Nginx::start(&binary, 2, &Nginx::proxy_cache_peer(behind, upstream_addr));
                 let get = |addr: SocketAddr| authorize_callers(addr, tokens.clone());
@@ -164,7 +163,12 @@ fn main() {
                     1.0,
                     true,
                 );
-                purges(with_sidecar.addr, http, admin.local_addr()).await;
+                // The same, saying which answers came from nginx's cache (on the same purge
+                // address, so once the first has stopped).
+                drop(with_sidecar);
+                let showing_hits =
+                    example(Nginx::sidecar_example_showing_hits(http, behind, purge));
+                purges(showing_hits.addr, http, admin.local_addr()).await;
             }
             None => println!(
                 "| nginx rows | skipped: nginx or its purge module is not installed (apt-get install nginx libnginx-mod-http-cache-purge) | | | | |"

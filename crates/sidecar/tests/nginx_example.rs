@@ -45,7 +45,7 @@ async fn whoami_api() -> (ServedApp, Arc<AtomicUsize>) {
 
 /// nginx running the example in front of `api`, asking `parties`' sidecar, purged at `purge`.
 fn nginx(parties: &Parties, api: &ServedApp, purge: SocketAddr) -> Nginx {
-    let http = Nginx::sidecar_example(parties.sidecar.local_addr(), api.addr(), purge);
+    let http = Nginx::sidecar_example_showing_hits(parties.sidecar.local_addr(), api.addr(), purge);
     Nginx::start_with(
         &Nginx::binary().unwrap(),
         1,

@@ -140,11 +140,33 @@ impl Nginx {
         )
     }
 
-    /// The `http { }` body of the sidecar's example (`examples/nginx`): its cache file, with
-    /// the cache in nginx's own directory and the purge location on `purge`, and a server
-    /// including its locations in front of the API at `api`, asking the sidecar at `sidecar`.
-    /// Answers say `X-Token-Resolver-Cache: HIT` when nginx's cache vouched for them.
+    /// The `http { }` body of the sidecar's example (`examples/nginx`) as shipped: its cache
+    /// file, with the cache in nginx's own directory and the purge location on `purge`, and a
+    /// server including its locations in front of the API at `api`, asking the sidecar at
+    /// `sidecar`.
     pub fn sidecar_example(sidecar: SocketAddr, api: SocketAddr, purge: SocketAddr) -> String {
+        Nginx::sidecar_example_with(sidecar, api, purge, "")
+    }
+
+    /// As [`sidecar_example`](Self::sidecar_example), with answers saying
+    /// `X-Token-Resolver-Cache: HIT` when nginx's cache vouched for them (a debugging header
+    /// the example leaves to its user).
+    pub fn sidecar_example_showing_hits(
+        sidecar: SocketAddr,
+        api: SocketAddr,
+        purge: SocketAddr,
+    ) -> String {
+        let header = "add_header X-Token-Resolver-Cache $token_resolver_cache;";
+        Nginx::sidecar_example_with(sidecar, api, purge, header)
+    }
+
+    /// The example with `server`, a line of its own, in its server block.
+    fn sidecar_example_with(
+        sidecar: SocketAddr,
+        api: SocketAddr,
+        purge: SocketAddr,
+        server: &str,
+    ) -> String {
         let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/nginx");
         let cache = std::fs::read_to_string(format!("{examples}/token-resolver-cache.conf"))
             .expect("examples/nginx/token-resolver-cache.conf")
@@ -153,8 +175,7 @@ impl Nginx {
         format!(
             "{cache}\n    upstream token_resolver_sidecar {{ server {sidecar}; keepalive 64; }}\n    \
              upstream game_api {{ server {api}; keepalive 64; }}\n    \
-             server {{\n        listen {{listen}};\n        \
-             add_header X-Token-Resolver-Cache $token_resolver_cache;\n        \
+             server {{\n        listen {{listen}};\n        {server}\n        \
              include {examples}/token-resolver-auth.conf;\n    }}"
         )
     }
