@@ -3,9 +3,10 @@
 //! through `ngx_cache_purge`) when a revocation reaches this node.
 //!
 //! With [`NginxCache`] set, a `200` for the default authUrl tells nginx how long it may keep
-//! the answer (the TTL, shorter when the token expires sooner), and the sidecar remembers the
-//! grant: nginx's cache key (the `Authorization` header as nginx saw it), the token's
-//! fingerprint, the user and the integrator's session. A revocation (a token, a user, a
+//! the answer (the TTL, shorter when the token expires sooner; counted from this answer, which
+//! may itself come from the resolver's cache, so the two windows add up), and the sidecar
+//! remembers the grant: nginx's cache key (the `Authorization` header as nginx saw it), the
+//! token's fingerprint, the user and the integrator's session. A revocation (a token, a user, a
 //! session, everything, or a lost channel) takes the grants it names out of the table and
 //! queues a purge of each; the purger (`purger`) asks nginx's purge location to drop the key,
 //! retrying until nginx answers or the grant would have expired anyway. The revocations come
