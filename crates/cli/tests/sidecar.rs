@@ -72,9 +72,12 @@ async fn the_sidecar_subcommand_serves_its_three_listeners_and_drains_on_sigterm
     let api = support::reference_api().await;
     let token = support::login_and_take_token(&api.base_url(), "alice", "wonderland").await;
     let config = std::env::temp_dir().join(format!("sidecar-{}.toml", std::process::id()));
+    let grants = std::env::temp_dir().join(format!("sidecar-{}.grants", std::process::id()));
     let settings = format!(
-        "auth-url = \"{}\"\nnginx-purge-url = \"http://127.0.0.1:9/purge\"\nnginx-cache-secs = 30\n",
-        api.base_url()
+        "auth-url = \"{}\"\nnginx-purge-url = \"http://127.0.0.1:9/purge\"\nnginx-cache-secs = 30\n\
+         nginx-grants-file = \"{}\"\n",
+        api.base_url(),
+        grants.display()
     );
     std::fs::write(&config, settings).unwrap();
     let mut sidecar = SidecarProcess::start(&[
@@ -114,6 +117,11 @@ async fn the_sidecar_subcommand_serves_its_three_listeners_and_drains_on_sigterm
         "30",
         "nginx may keep the answer as long as --config's nginx-cache-secs says"
     );
+    let recorded = std::fs::read_to_string(&grants).unwrap();
+    assert!(
+        recorded.lines().count() == 1 && recorded.ends_with(&format!(" Bearer {token}\n")),
+        "the grant was recorded in --config's nginx-grants-file"
+    );
     let ready = client
         .get(format!("http://{admin}/readyz"))
         .send()
@@ -139,6 +147,7 @@ async fn the_sidecar_subcommand_serves_its_three_listeners_and_drains_on_sigterm
     };
     assert!(exited.success(), "{exited:?}");
     let _ = std::fs::remove_file(config);
+    let _ = std::fs::remove_file(grants);
 }
 
 #[test]
@@ -155,4 +164,28 @@ fn a_purge_url_off_loopback_is_a_usage_error_naming_the_flag() {
         stderr.contains("--nginx-purge-url") && stderr.contains("loopback"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_grants_file_without_a_purge_url_or_a_directory_is_a_usage_error_naming_the_flag() {
+    let missing = std::env::temp_dir().join("no-such-directory-for-grants/grants");
+    for extra in [
+        vec!["--nginx-grants-file", "/tmp/grants"],
+        vec![
+            "--nginx-purge-url",
+            "http://127.0.0.1:9/purge",
+            "--nginx-grants-file",
+            missing.to_str().unwrap(),
+        ],
+    ] {
+        let output = Command::new(BIN)
+            .args(["sidecar", "--listen", "127.0.0.1:0"])
+            .args(["--auth-url", "http://127.0.0.1:9"])
+            .args(&extra)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{extra:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("--nginx-grants-file"), "{stderr}");
+    }
 }

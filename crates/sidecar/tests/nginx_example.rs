@@ -20,7 +20,8 @@ use axum::Router;
 use common::Parties;
 use support::redis::free_port;
 use support::{serve_app, Nginx, ServedApp};
-use token_resolver_sidecar::{NginxCache, SidecarConfig};
+use token_resolver::Resolver;
+use token_resolver_sidecar::{NginxCache, Sidecar, SidecarConfig};
 
 /// An API answering `/api/whoami` with the user nginx passed on, counting the requests it saw.
 async fn whoami_api() -> (ServedApp, Arc<AtomicUsize>) {
@@ -175,4 +176,72 @@ async fn nginx_keeps_the_sidecars_answer_until_a_ban_takes_it_back() {
         (200, true),
         "another user's answer stays in nginx's cache"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_started_anew_takes_back_what_the_previous_one_let_nginx_keep() {
+    if !Nginx::installed_with_purge() {
+        return;
+    }
+    let purge = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let dir = std::env::temp_dir().join(format!("nginx-grants-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let grants_file = dir.join("grants");
+    let _ = std::fs::remove_file(&grants_file);
+    let nginx_cache = NginxCache::new(&format!("http://{purge}/purge"))
+        .unwrap()
+        .grants_file(&grants_file);
+    let config = || SidecarConfig {
+        nginx_cache: Some(nginx_cache.clone()),
+        ..SidecarConfig::default()
+    };
+    let parties = Parties::start(config(), token_resolver_reference_api::demo_users()).await;
+    let (api, _) = whoami_api().await;
+    let nginx = nginx(&parties, &api, purge);
+    let url = format!("http://{}/api/whoami", nginx.addr);
+    let client = reqwest::Client::new();
+    let alice = parties.token("alice").await;
+    assert_eq!(get_with(&client, &url, &alice).await, (200, false));
+    assert_eq!(
+        get_with(&client, &url, &alice).await,
+        (200, true),
+        "nginx keeps the answer the sidecar granted"
+    );
+
+    // The sidecar goes (a deploy, a crash) and another starts on its address with the same
+    // grants file. Nothing was revoked: the new one cannot know what was while no sidecar
+    // listened, so it takes back everything in force.
+    let Parties {
+        api: reference,
+        sidecar,
+        ..
+    } = parties;
+    let addr = sidecar.local_addr();
+    sidecar.shutdown().await;
+    let resolver = Resolver::builder()
+        .default_auth_url(reference.base_url())
+        .build()
+        .unwrap();
+    let next = Sidecar::new(resolver, config()).spawn(addr).await.unwrap();
+    // The answer was granted for 60 s: only the new sidecar's purge ends it within the deadline.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, hit) = get_with(&client, &url, &alice).await;
+        if !hit {
+            assert_eq!(status, 200, "the new sidecar vouches for alice");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nginx still served what the previous sidecar had granted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        get_with(&client, &url, &alice).await,
+        (200, true),
+        "nginx keeps the new sidecar's answer"
+    );
+    next.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

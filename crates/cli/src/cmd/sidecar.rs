@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -48,6 +48,11 @@ pub(crate) struct SidecarArgs {
     /// Answers nginx may hold at once; past it, answers are sent uncacheable.
     #[arg(long, value_name = "N", default_value_t = 65_536)]
     pub(crate) nginx_cache_entries: usize,
+    /// A file (on tmpfs, e.g. /run/token-resolver/nginx-grants) where each answer nginx may
+    /// keep is recorded first: a sidecar started anew with it takes back from nginx everything
+    /// a previous one granted. Without it, those answers stay in nginx until they expire.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) nginx_grants_file: Option<PathBuf>,
     /// Seconds a draining sidecar (SIGTERM, Ctrl-C) lets requests finish.
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     pub(crate) drain_secs: u64,
@@ -119,6 +124,24 @@ async fn start(args: &SidecarArgs) -> Result<Running, StartFailed> {
                 .max_entries(args.nginx_cache_entries),
         ),
         None => None,
+    };
+    let nginx_cache = match (nginx_cache, &args.nginx_grants_file) {
+        (Some(nginx), Some(path)) => {
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+            if !dir.map_or(Path::new("."), |d| d).is_dir() {
+                return Err(StartFailed::usage(format!(
+                    "--nginx-grants-file: the directory of {} does not exist",
+                    path.display()
+                )));
+            }
+            Some(nginx.grants_file(path))
+        }
+        (None, Some(_)) => {
+            return Err(StartFailed::usage(
+                "--nginx-grants-file needs --nginx-purge-url: without it nginx keeps nothing",
+            ))
+        }
+        (nginx, None) => nginx,
     };
     let config = SidecarConfig {
         nginx_cache,

@@ -17,12 +17,16 @@
 //!
 //! The table holds raw `Authorization` values, as nginx's cache files do: they never leave
 //! this process except to nginx's purge location, in the `X-Token-Resolver-Purge` header.
-//! The table lives in this process only: what a previous process granted cannot be purged,
-//! and stays in nginx until its own expiry (the TTL at most).
+//! The table lives in this process. With a grants file (`journal`), each grant is recorded
+//! there first, and a sidecar started anew takes back everything still in force in it;
+//! without one, what a previous process granted stays in nginx until its own expiry (the TTL
+//! at most).
 
+mod journal;
 mod purger;
 
 use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -31,6 +35,7 @@ use token_resolver::{Resolver, Revocation, TokenFingerprint, User};
 use token_resolver_game_server::live;
 use tokio_util::sync::CancellationToken;
 
+use self::journal::Journal;
 use self::purger::Owed;
 use self::purger::{purge, purge_client, Purges};
 pub use self::purger::{PURGES_TOTAL, PURGE_HEADER};
@@ -55,6 +60,7 @@ pub struct NginxCache {
     pub(crate) purge_url: reqwest::Url,
     pub(crate) ttl: Duration,
     pub(crate) max_entries: usize,
+    pub(crate) grants_file: Option<PathBuf>,
 }
 
 impl NginxCache {
@@ -87,6 +93,7 @@ impl NginxCache {
             purge_url: url,
             ttl: Duration::from_secs(60),
             max_entries: 65_536,
+            grants_file: None,
         })
     }
 
@@ -110,6 +117,18 @@ impl NginxCache {
         self.max_entries = max_entries;
         self
     }
+
+    /// Records each grant in the file at `path` before nginx is told it may keep the answer,
+    /// so that the next sidecar to start with the same file takes back (purges) everything
+    /// still in force there: without it, what a previous process granted stays in nginx until
+    /// it expires, out of reach of any revocation. The file holds `Authorization` values, as
+    /// nginx's cache does: it is created readable by its owner alone; keep it on tmpfs. Off by
+    /// default.
+    #[must_use]
+    pub fn grants_file(mut self, path: impl Into<PathBuf>) -> NginxCache {
+        self.grants_file = Some(path.into());
+        self
+    }
 }
 
 /// Why a purge URL was refused: it must be `http://` on loopback, since purges carry
@@ -126,8 +145,9 @@ impl std::fmt::Display for PurgeUrlError {
 impl std::error::Error for PurgeUrlError {}
 
 /// The grants of `nginx` for `resolver`'s default authUrl, following its revocations and
-/// purging until `cut`; `None`, with an error logged, when no purge client can be built:
-/// nothing is granted unless purges can be sent.
+/// purging until `cut`, with a purge owed for each grant of a previous process still in force
+/// in the grants file; `None`, with an error logged, when no purge client can be built or the
+/// grants file cannot be used: nothing is granted unless it can be taken back.
 pub(crate) fn start(
     nginx: &NginxCache,
     resolver: &Resolver,
@@ -144,6 +164,16 @@ pub(crate) fn start(
     // nginx never keeps an answer longer than the resolver itself would.
     let config = nginx.clone().ttl(nginx.ttl.min(resolver.cache_ttl()));
     let grants = Arc::new(Grants::new(&config, endpoint));
+    if let Some(path) = &nginx.grants_file {
+        match Journal::open(path, unix_now()) {
+            Ok((journal, in_force)) => grants.keep_journal(journal, in_force),
+            Err(e) => {
+                tracing::error!(path = %path.display(), error = %e,
+                    "the nginx grants file cannot be used: nginx keeps nothing");
+                return None;
+            }
+        }
+    }
     tokio::spawn(live::follow(
         resolver.revocations(),
         cut.clone(),
@@ -183,6 +213,8 @@ struct Table {
     by_token: HashMap<TokenFingerprint, Vec<Arc<str>>>,
     by_user: HashMap<i64, Vec<Arc<str>>>,
     expiry: VecDeque<(Instant, Arc<str>)>,
+    /// Where each grant is recorded first, when there is a grants file.
+    journal: Option<Journal>,
 }
 
 /// A ticket taken before a resolve: [`Grants::grant`] refuses it if a revocation came since.
@@ -220,11 +252,9 @@ impl Grants {
             return None;
         }
         let mut secs = self.ttl.as_secs();
+        let unix = unix_now();
         if let Some(expiry) = user.expires_at {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            secs = secs.min(expiry.unix_seconds().saturating_sub(now));
+            secs = secs.min(expiry.unix_seconds().saturating_sub(unix));
         }
         if secs == 0 {
             return None;
@@ -237,10 +267,21 @@ impl Grants {
         }
         table.forget_expired(now);
         let key: Arc<str> = Arc::from(key);
-        table.remove(&key);
-        if table.by_key.len() >= self.max_entries {
+        // A grant refused keeps the one it would have replaced: nginx may still hold that.
+        let replaces = table.by_key.contains_key(&key);
+        if !replaces && table.by_key.len() >= self.max_entries {
             return None;
         }
+        if let Some(journal) = &mut table.journal {
+            if let Err(e) = journal.record(&key, unix + secs) {
+                tracing::error!(
+                    error = %e,
+                    "the nginx grants file cannot be written: this answer goes uncached"
+                );
+                return None;
+            }
+        }
+        table.remove(&key);
         let until = now + Duration::from_secs(secs);
         table.insert(
             key,
@@ -252,7 +293,53 @@ impl Grants {
                 until,
             },
         );
+        self.compact_journal(&mut table, now, unix);
         Some(secs)
+    }
+
+    /// Uses `journal` from now on, and owes nginx a purge of each grant of a previous process
+    /// `in_force` there (cache keys with their end, unix seconds).
+    fn keep_journal(&self, journal: Journal, in_force: Vec<(String, u64)>) {
+        let (now, unix) = (Instant::now(), unix_now());
+        if !in_force.is_empty() {
+            tracing::info!(
+                grants = in_force.len(),
+                "taking back from nginx what a previous sidecar let it keep"
+            );
+        }
+        self.purges.owe(in_force.into_iter().map(|(key, until)| {
+            let owed = Owed {
+                at: now,
+                again: None,
+                until: now + Duration::from_secs(until.saturating_sub(unix)),
+            };
+            (Arc::from(key), owed)
+        }));
+        self.table.lock().unwrap_or_else(|e| e.into_inner()).journal = Some(journal);
+    }
+
+    /// Rewrites the grants file, when it is due, from what nginx may still hold: the grants,
+    /// and the purges owed and not yet sent (a crash must not lose those either). A purge in
+    /// flight is in neither: should it fail, and the sidecar crash before it is sent again,
+    /// the next process does not know of it.
+    fn compact_journal(&self, table: &mut Table, now: Instant, unix: u64) {
+        let Some(journal) = table.journal.as_mut() else {
+            return;
+        };
+        let owed = self.purges.owed.lock().unwrap_or_else(|e| e.into_inner());
+        if !journal.is_due(table.by_key.len() + owed.len()) {
+            return;
+        }
+        // Rounded up: a line must not end before nginx lets the answer go.
+        let unix_at = |until: Instant| unix + until.saturating_duration_since(now).as_secs() + 1;
+        let grants = (table.by_key.iter()).map(|(key, grant)| (&**key, unix_at(grant.until)));
+        let owed = owed.iter().map(|(key, owed)| (&**key, unix_at(owed.until)));
+        if let Err(e) = journal.compact(grants.chain(owed)) {
+            tracing::warn!(
+                error = %e,
+                "the nginx grants file could not be rewritten; appending to it still"
+            );
+        }
     }
 
     /// Takes the grants `revocation` names out of the table and owes nginx a purge of each.
@@ -363,6 +450,13 @@ impl Table {
             }
         }
     }
+}
+
+/// Seconds since the Unix epoch.
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Takes `key` out of `index[at]`, and the entry when it is left empty.
@@ -582,5 +676,26 @@ mod tests {
         assert!(table.by_token.is_empty() && table.by_user.is_empty());
         drop(table);
         assert_eq!(grant(&grants, &resolver, "t3", &user(3, None)), Some(60));
+    }
+
+    #[tokio::test]
+    async fn nothing_is_granted_without_a_usable_grants_file_and_each_grant_is_recorded_there() {
+        let (_, resolver, _) = grants(8);
+        let cut = CancellationToken::new();
+        let nginx = NginxCache::new("http://127.0.0.1:9/purge").unwrap();
+        let unusable = nginx.clone().grants_file("/no-such-directory/grants");
+        assert!(start(&unusable, &resolver, &cut).is_none());
+
+        let path = std::env::temp_dir().join(format!("grants-start-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let grants = start(&nginx.grants_file(&path), &resolver, &cut).expect("grants");
+        assert_eq!(grant(&grants, &resolver, "t1", &user(1, None)), Some(60));
+        let recorded = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            recorded.ends_with(" Bearer t1\n"),
+            "recorded before granting"
+        );
+        cut.cancel();
+        let _ = std::fs::remove_file(&path);
     }
 }
