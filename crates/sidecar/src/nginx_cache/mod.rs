@@ -168,8 +168,11 @@ pub(crate) fn start(
         match Journal::open(path, unix_now()) {
             Ok((journal, in_force)) => grants.keep_journal(journal, in_force),
             Err(e) => {
-                tracing::error!(path = %path.display(), error = %e,
-                    "the nginx grants file cannot be used: nginx keeps nothing");
+                tracing::error!(
+                    path = %path.display(),
+                    error = %e,
+                    "the nginx grants file cannot be used: nginx keeps nothing"
+                );
                 return None;
             }
         }
@@ -273,7 +276,8 @@ impl Grants {
             return None;
         }
         if let Some(journal) = &mut table.journal {
-            if let Err(e) = journal.record(&key, unix + secs) {
+            // A second more: nginx stores the answer a moment after it is sent.
+            if let Err(e) = journal.record(&key, unix + secs + 1) {
                 tracing::error!(
                     error = %e,
                     "the nginx grants file cannot be written: this answer goes uncached"
