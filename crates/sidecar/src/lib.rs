@@ -12,7 +12,8 @@
 //! - `authorize`: `GET|POST /v1/authorize`, forward-auth for nginx `auth_request`, Traefik
 //!   `forwardAuth` and Envoy's HTTP ext_authz.
 //! - `nginx_cache`: with [`NginxCache`], nginx keeps `/v1/authorize` answers in its own cache
-//!   for as long as the sidecar grants, and the sidecar purges them when a revocation comes.
+//!   for as long as the sidecar grants, and the sidecar purges them when a revocation comes
+//!   (and, with a grants file, whatever a previous process granted when it starts).
 //! - `grpc`: Envoy's ext_authz over gRPC (`Authorization/Check`), on a listener of its own
 //!   ([`Sidecar::spawn_grpc`]), whose connections `admission` bounds.
 //!
