@@ -14,6 +14,19 @@ use serde_json::json;
 use support::{resolver_for, respond, user_answer, Scripted};
 use token_resolver::{ErrorCode, Revocation};
 
+/// An `exp` one to two seconds ahead. `exp` is in whole seconds: one second ahead could be a
+/// millisecond ahead, and pass before the test's first resolve.
+fn exp_soon() -> i64 {
+    unix_now() as i64 + 2
+}
+
+/// Sleeps until 100 ms past `exp`.
+async fn sleep_past(exp: i64) {
+    let expiry = UNIX_EPOCH + Duration::from_secs(exp as u64);
+    let left = expiry.duration_since(SystemTime::now()).unwrap_or_default();
+    tokio::time::sleep(left + Duration::from_millis(100)).await;
+}
+
 fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -51,9 +64,9 @@ fn jwt(exp: i64) -> String {
 
 #[tokio::test]
 async fn an_answers_exp_caps_how_long_it_is_cached() {
-    // Pins down the RFC 7662 exp: an answer valid for one more second is cached no longer,
-    // despite max-age=3600, and the user carries its expiry.
-    let exp = unix_now() as i64 + 1;
+    // Pins down the RFC 7662 exp: an answer valid for a second or two more is cached no
+    // longer, despite max-age=3600, and the user carries its expiry.
+    let exp = exp_soon();
     let api = answering(Some(exp)).await;
     let resolver = resolver_for(&api.url())
         .clock_skew(Duration::ZERO)
@@ -63,7 +76,7 @@ async fn an_answers_exp_caps_how_long_it_is_cached() {
     assert_eq!(user.expires_at.map(|e| e.unix_seconds()), Some(exp as u64));
     resolver.resolve(&api.url(), "tok").await.unwrap();
     assert_eq!(api.requests(), 1, "cached while valid");
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    sleep_past(exp).await;
     let error = resolver.resolve(&api.url(), "tok").await.unwrap_err();
     assert_eq!(error.code(), ErrorCode::TokenRejected);
     assert_eq!(api.requests(), 2, "asked again once it expired");
@@ -98,10 +111,11 @@ async fn a_jwts_exp_caps_caching_and_a_passed_one_is_rejected_never_cached_as_a_
         .clock_skew(Duration::ZERO)
         .build()
         .unwrap();
-    let soon = jwt(unix_now() as i64 + 1);
+    let exp = exp_soon();
+    let soon = jwt(exp);
     let user = resolver.resolve(&api.url(), &soon).await.unwrap();
     assert!(user.expires_at.is_some(), "the JWT's exp is the user's");
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    sleep_past(exp).await;
     assert_eq!(
         resolver
             .resolve(&api.url(), &soon)
@@ -181,11 +195,12 @@ async fn an_expired_token_is_never_served_stale_through_an_outage() {
         .serve_stale_for(Duration::from_secs(60))
         .build()
         .unwrap();
-    let token = jwt(unix_now() as i64 + 1);
+    let exp = exp_soon();
+    let token = jwt(exp);
     resolver.resolve(&api.url(), &token).await.unwrap();
     let other = jwt(unix_now() as i64 + 3600);
     resolver.resolve(&api.url(), &other).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    sleep_past(exp).await;
     down.store(true, Ordering::SeqCst);
     let error = resolver.resolve(&api.url(), &token).await.unwrap_err();
     assert_eq!(error.code(), ErrorCode::AuthUnavailable);

@@ -31,7 +31,8 @@ fn unix_now() -> u64 {
         .as_secs()
 }
 
-/// An API that knows tokens by name: `short` is Alice's for one more second, `long` Alice's for
+/// An API that knows tokens by name: `short` is Alice's for one to two more seconds (`exp` is in
+/// whole seconds: one second ahead could be a millisecond ahead), `long` Alice's for
 /// an hour, `bob` Bob's with no expiry, `alice` Alice's with no expiry until `revoked` is set,
 /// then rejected (401).
 async fn api(revoked: Arc<AtomicBool>) -> Scripted {
@@ -52,7 +53,7 @@ fn answer(seen: &Seen, revoked: bool) -> Response {
         respond(200, &[("content-type", "application/json")], body)
     };
     match seen.header("authorization").unwrap_or_default() {
-        "Bearer short" => user(1, "Alice", Some(unix_now() + 1)),
+        "Bearer short" => user(1, "Alice", Some(unix_now() + 2)),
         "Bearer long" => user(1, "Alice", Some(unix_now() + 3600)),
         "Bearer bob" => user(2, "Bob", None),
         "Bearer alice" if !revoked => user(1, "Alice", None),
@@ -525,7 +526,8 @@ async fn revalidation_during_the_grace_leaves_the_expired_session_its_refresh() 
     // Pins down revalidation and the grace together: once the token has expired, checking it
     // again would only hear that it expired; that is the grace timer's business, so the player
     // told `reauth_required` keeps the whole grace to refresh and stays in the room.
-    let expires = unix_now() + 1;
+    // One to two seconds ahead: one second could be a millisecond, passed before the login.
+    let expires = unix_now() + 2;
     let api = Scripted::start(move |_, seen: Seen| async move {
         let exp = match seen.header("authorization").unwrap_or_default() {
             "Bearer expiring" => expires,
