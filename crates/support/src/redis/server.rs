@@ -25,6 +25,9 @@ pub fn installed(binary: &str) -> bool {
     crate::present(found, binary, "redis-server redis-tools")
 }
 
+/// Times [`RedisServer::start_with`] tries ports before it gives up.
+const PORT_ATTEMPTS: usize = 5;
+
 /// A loopback port nobody listens on now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -50,6 +53,10 @@ impl RedisServer {
     }
 
     /// Starts one with further arguments (e.g. `--tls-port …`); `None` as [`start`](Self::start).
+    ///
+    /// A free port can be taken by another test between its choice and redis-server's bind;
+    /// redis-server then exits at once, and it is started again on other ports (its own and
+    /// `--cluster-port`'s), a few times.
     pub fn start_with(extra: Vec<String>) -> Option<RedisServer> {
         if !installed("redis-server") {
             return None;
@@ -59,8 +66,17 @@ impl RedisServer {
             extra,
             child: None,
         };
-        server.launch();
-        Some(server)
+        for _ in 0..PORT_ATTEMPTS {
+            if server.spawn_and_wait() {
+                return Some(server);
+            }
+            server.port = free_port();
+            let cluster_port = server.extra.iter().position(|a| a == "--cluster-port");
+            if let Some(value) = cluster_port.and_then(|at| server.extra.get_mut(at + 1)) {
+                *value = free_port().to_string();
+            }
+        }
+        panic!("redis-server exited at once {PORT_ATTEMPTS} times, on other ports each time");
     }
 
     /// The plain port (for the test's own look at the data).
@@ -68,7 +84,18 @@ impl RedisServer {
         self.port
     }
 
+    /// Starts it on its port, and waits until it answers.
     fn launch(&mut self) {
+        assert!(
+            self.spawn_and_wait(),
+            "redis-server exited at once on port {} (taken by another process?)",
+            self.port
+        );
+    }
+
+    /// Starts it, and waits until it answers (`true`) or exits, as it does at once when its
+    /// port is taken (`false`).
+    fn spawn_and_wait(&mut self) -> bool {
         // A replica writes the snapshot it syncs from its master into its working directory,
         // `--save ""` or not: keep it out of the checkout.
         let dir = std::env::temp_dir().join(format!("token-resolver-redis-{}", self.port));
@@ -99,7 +126,12 @@ impl RedisServer {
                 .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
                 .is_ok()
             {
-                return;
+                return true;
+            }
+            let exited = (self.child.as_mut()).is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+            if exited {
+                self.child = None;
+                return false;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
