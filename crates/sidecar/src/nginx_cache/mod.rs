@@ -639,10 +639,7 @@ mod tests {
     #[test]
     fn a_stale_or_expiring_answer_is_granted_no_longer_than_it_is_valid() {
         let (grants, resolver, _) = grants(16);
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
+        let now = unix_now();
         let stale = User {
             stale: true,
             ..user(1, None)
