@@ -116,32 +116,30 @@ async fn start(args: &SidecarArgs) -> Result<Running, StartFailed> {
     let resolver = (args.resolver)
         .build(Resolver::builder(), &args.live, tier)
         .map_err(StartFailed::usage)?;
-    let nginx_cache = match &args.nginx_purge_url {
-        Some(url) => Some(
-            NginxCache::new(url)
-                .map_err(|e| StartFailed::usage(format!("--nginx-purge-url: {e}")))?
-                .ttl(Duration::from_secs(args.nginx_cache_secs))
-                .max_entries(args.nginx_cache_entries),
-        ),
-        None => None,
-    };
-    let nginx_cache = match (nginx_cache, &args.nginx_grants_file) {
-        (Some(nginx), Some(path)) => {
-            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-            if !dir.map_or(Path::new("."), |d| d).is_dir() {
-                return Err(StartFailed::usage(format!(
-                    "--nginx-grants-file: the directory of {} does not exist",
-                    path.display()
-                )));
-            }
-            Some(nginx.grants_file(path))
-        }
+    let nginx_cache = match (&args.nginx_purge_url, &args.nginx_grants_file) {
+        (None, None) => None,
         (None, Some(_)) => {
             return Err(StartFailed::usage(
                 "--nginx-grants-file needs --nginx-purge-url: without it nginx keeps nothing",
             ))
         }
-        (nginx, None) => nginx,
+        (Some(url), grants_file) => {
+            let mut nginx = NginxCache::new(url)
+                .map_err(|e| StartFailed::usage(format!("--nginx-purge-url: {e}")))?
+                .ttl(Duration::from_secs(args.nginx_cache_secs))
+                .max_entries(args.nginx_cache_entries);
+            if let Some(path) = grants_file {
+                let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+                if !dir.unwrap_or(Path::new(".")).is_dir() {
+                    return Err(StartFailed::usage(format!(
+                        "--nginx-grants-file: the directory of {} does not exist",
+                        path.display()
+                    )));
+                }
+                nginx = nginx.grants_file(path);
+            }
+            Some(nginx)
+        }
     };
     let config = SidecarConfig {
         nginx_cache,
