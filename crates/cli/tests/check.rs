@@ -329,6 +329,22 @@ async fn the_cli_exits_0_when_ready_1_on_a_failure_and_2_without_a_token() {
     );
     assert!(stdout.contains("verdict: NOT READY"), "{stdout}");
 
+    // base64url tokens may begin with dashes: a value the API rejects, not a flag.
+    let dashed = run(vec![
+        "--auth-url".into(),
+        good.base_url(),
+        "--token".into(),
+        "--not-a-flag".into(),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(
+        dashed.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&dashed.stderr)
+    );
+
     let usage = run(vec!["--auth-url".into(), good.base_url()])
         .await
         .unwrap();

@@ -96,6 +96,8 @@ async fn resolve_prints_the_error_code_and_exits_1() {
     let api = reference_api().await;
     for (auth_url, token, code) in [
         (api.base_url(), "unknown-token", "token_rejected"),
+        // base64url tokens may begin with dashes: a value, not a flag.
+        (api.base_url(), "--unknown-token", "token_rejected"),
         (api.base_url(), "bad token", "token_malformed"),
         (api.base_url(), "", "token_missing"),
         (

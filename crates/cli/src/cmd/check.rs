@@ -13,8 +13,14 @@ pub(crate) struct CheckArgs {
     /// The authUrl to check (the API's base URL, or its /api/user).
     #[arg(long, value_name = "URL")]
     pub(crate) auth_url: String,
-    /// A valid access token (or set TOKEN_RESOLVER_TOKEN); optional with credentials.
-    #[arg(long, env = "TOKEN_RESOLVER_TOKEN", hide_env_values = true)]
+    /// A valid access token (or set TOKEN_RESOLVER_TOKEN); optional with credentials. A token
+    /// may begin with `-` (base64url): it is taken as the value, not as a flag.
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        env = "TOKEN_RESOLVER_TOKEN",
+        hide_env_values = true
+    )]
     pub(crate) token: Option<String>,
     /// Log in with this username to check login -> access_token -> user.
     #[arg(long, requires = "password", conflicts_with = "device_id")]

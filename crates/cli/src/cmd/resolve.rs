@@ -15,8 +15,10 @@ pub(crate) struct ResolveArgs {
     #[arg(long, value_name = "URL")]
     pub(crate) auth_url: String,
     /// The access token (or set TOKEN_RESOLVER_TOKEN; --token-stdin keeps it out of `ps`).
+    /// A token may begin with `-` (base64url): it is taken as the value, not as a flag.
     #[arg(
         long,
+        allow_hyphen_values = true,
         env = "TOKEN_RESOLVER_TOKEN",
         hide_env_values = true,
         conflicts_with = "token_stdin",
