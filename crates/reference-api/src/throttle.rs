@@ -5,14 +5,22 @@
 //! An attempt is admitted first ([`Throttle::admit`]) and reserves its place, so that many
 //! concurrent guesses cannot all slip in before the first failure is counted; its
 //! [`Attempt`] then records how it ended. Memory is bounded: each map holds at most
-//! `max_tracked` keys, forgotten ones are swept, and at the cap the key that would be
-//! forgotten first makes room.
+//! `max_tracked` keys, forgotten ones are swept, and at the cap the key whose last failure is
+//! oldest makes room (one still locked out or with an attempt in progress is passed over a few
+//! times first). Both are O(1) per new key: the keys are kept in the order of their last
+//! failure, a queue whose outdated entries are skipped when they reach its front, so that
+//! nothing ever scans the map under the lock.
+//!
+//! Addresses are counted by host: IPv4 as it is, IPv6 by its /64. One IPv6 /48 holds 65,536
+//! /64s: once [`PER_48`] of them are tracked, the /48's further /64s share one record of the
+//! /48, which also refuses every address of the /48 while it is locked out, so that one /48
+//! can neither fill the map nor guess at a /64's pace.
 //!
 //! It does not own the password check or the answers; `login` does.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -20,8 +28,13 @@ use super::config::LoginLimits;
 use super::store::sha256;
 pub(super) use token_resolver_listener::address_key;
 
-/// Keys are swept of forgotten records on every this-many-th new one, or when a map is full.
-const SWEEP_EVERY: u64 = 256;
+/// Forgotten records swept from the front of the queue for each new key, at most.
+const SWEEP_STEPS: usize = 2;
+/// Records passed over (locked out, or with an attempt in progress) for each new key in a
+/// full map, at most, before the first of them that has no attempt in progress makes room.
+const EVICT_TRIES: usize = 8;
+/// IPv6 /64s of one /48 tracked apart; the /48's others share one record.
+pub(super) const PER_48: u32 = 64;
 /// The wait asked of an attempt refused because others on its key are still being checked.
 const BUSY_RETRY: Duration = Duration::from_secs(1);
 
@@ -38,18 +51,60 @@ pub(super) struct Throttle {
 struct Maps {
     /// By SHA-256 of the username (a username may be kilobytes long; its hash is 32 bytes).
     usernames: Tracker<[u8; 32]>,
-    /// By client address, IPv6 by its /64 (one host often holds a whole /64).
-    addresses: Tracker<IpAddr>,
+    /// By client address, IPv6 by its /64 (one host often holds a whole /64), or by its /48
+    /// past [`PER_48`].
+    addresses: Tracker<AddressKey>,
+}
+
+/// What a client address is counted by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum AddressKey {
+    /// IPv4 as it is, IPv6 by its /64 ([`address_key`]).
+    Host(IpAddr),
+    /// An IPv6 /48 whose /64s are counted together, by its first 48 bits.
+    Net48(u64),
+}
+
+/// A key of a [`Tracker`].
+trait Key: Eq + Hash + Copy {
+    /// The wider key this one is counted by once its group is full, if it has one.
+    fn pool(&self) -> Option<Self> {
+        None
+    }
+}
+
+impl Key for [u8; 32] {}
+
+impl Key for AddressKey {
+    fn pool(&self) -> Option<Self> {
+        match self {
+            AddressKey::Host(IpAddr::V6(v6)) => Some(AddressKey::Net48(prefix48(v6))),
+            _ => None,
+        }
+    }
+}
+
+/// The first 48 bits of `address`.
+fn prefix48(address: &Ipv6Addr) -> u64 {
+    (u128::from(*address) >> 80) as u64
 }
 
 /// The records of one kind of key.
 struct Tracker<K> {
     /// Live records.
     records: HashMap<K, Record>,
+    /// Every key in the order of its record's last failure (or creation), oldest first, with
+    /// that touch's stamp: an entry whose stamp is not its record's now is outdated, and
+    /// skipped when it reaches the front.
+    order: VecDeque<(K, u64)>,
+    /// The next touch's stamp.
+    stamps: u64,
+    /// Records tracked apart in each pool ([`Key::pool`]), by the pool's key.
+    pooled: HashMap<K, u32>,
     /// Failures before a lockout.
     limit: u32,
-    /// Records created so far, to sweep every [`SWEEP_EVERY`].
-    created: u64,
+    /// Queue entries looked at to sweep and make room so far: what new keys cost.
+    visited: u64,
 }
 
 /// What is known of one key.
@@ -61,6 +116,8 @@ struct Record {
     pending: u32,
     /// Locked out until then.
     locked_until: Option<Instant>,
+    /// The stamp of its latest entry in the order.
+    stamp: u64,
     /// The last failure, or the end of the lockout it caused: the record is forgotten a
     /// window after this.
     quiet_from: Instant,
@@ -72,6 +129,7 @@ impl Record {
             failures: 0,
             pending: 0,
             locked_until: None,
+            stamp: 0,
             quiet_from: now,
         }
     }
@@ -119,7 +177,7 @@ pub(super) struct Attempt<'a> {
     /// Its username's key.
     username: [u8; 32],
     /// Its address's key, when the address is known.
-    address: Option<IpAddr>,
+    address: Option<AddressKey>,
     /// Whether its outcome was recorded.
     finished: bool,
 }
@@ -181,9 +239,12 @@ impl Throttle {
         now: Instant,
     ) -> Result<Attempt<'_>, Duration> {
         let username = sha256(username);
-        let address = address.map(address_key);
         let limits = &self.limits;
         let mut maps = self.lock();
+        let address = address.map(|address| {
+            maps.addresses
+                .key_for(AddressKey::Host(address_key(address)))
+        });
         maps.usernames.admits(&username, now)?;
         if let Some(address) = &address {
             maps.addresses.admits(address, now)?;
@@ -219,20 +280,43 @@ impl Throttle {
     }
 }
 
-impl<K: Eq + Hash + Copy> Tracker<K> {
+impl<K: Key> Tracker<K> {
     fn new(limit: u32) -> Self {
         Tracker {
             records: HashMap::new(),
+            order: VecDeque::new(),
+            stamps: 0,
+            pooled: HashMap::new(),
             limit,
-            created: 0,
+            visited: 0,
         }
     }
 
-    /// Whether the key admits an attempt now.
+    /// What `key` is counted by: itself, or its pool once the pool is full (or counting
+    /// already), unless it has a record of its own.
+    fn key_for(&self, key: K) -> K {
+        match key.pool() {
+            Some(pool)
+                if !self.records.contains_key(&key)
+                    && (self.records.contains_key(&pool)
+                        || self.pooled.get(&pool).is_some_and(|n| *n >= PER_48)) =>
+            {
+                pool
+            }
+            _ => key,
+        }
+    }
+
+    /// Whether the key admits an attempt now (and its pool, which a lockout of refuses every
+    /// key of).
     fn admits(&self, key: &K, now: Instant) -> Result<(), Duration> {
-        self.records
-            .get(key)
-            .map_or(Ok(()), |record| record.admits(self.limit, now))
+        let admits = |key: &K| {
+            self.records
+                .get(key)
+                .map_or(Ok(()), |record| record.admits(self.limit, now))
+        };
+        admits(key)?;
+        key.pool().map_or(Ok(()), |pool| admits(&pool))
     }
 
     /// Counts an attempt in progress on `key`, making room for a new record if needed.
@@ -241,6 +325,10 @@ impl<K: Eq + Hash + Copy> Tracker<K> {
         if !self.records.contains_key(&key) {
             self.make_room(limits, now)?;
             self.records.insert(key, Record::new(now));
+            if let Some(pool) = key.pool() {
+                *self.pooled.entry(pool).or_default() += 1;
+            }
+            self.touch(key);
         }
         if let Some(record) = self.records.get_mut(&key) {
             record.pending += 1;
@@ -248,35 +336,103 @@ impl<K: Eq + Hash + Copy> Tracker<K> {
         Ok(())
     }
 
-    /// Sweeps forgotten records every [`SWEEP_EVERY`] new ones or when full; at the cap,
-    /// drops the record that would be forgotten first.
+    /// Puts `key` at the back of the order. The queue keeps at most about twice as many
+    /// entries as there are records: past that its outdated ones are dropped, a pass paid for
+    /// by the touches since the last one.
+    fn touch(&mut self, key: K) {
+        let Some(record) = self.records.get_mut(&key) else {
+            return;
+        };
+        self.stamps += 1;
+        record.stamp = self.stamps;
+        self.order.push_back((key, self.stamps));
+        if self.order.len() > 2 * self.records.len() + 64 {
+            let records = &self.records;
+            self.order
+                .retain(|(key, stamp)| records.get(key).is_some_and(|r| r.stamp == *stamp));
+        }
+    }
+
+    /// The record at the front of the order, outdated entries dropped on the way; `None` when
+    /// the queue is empty.
+    fn front(&mut self) -> Option<K> {
+        while let Some(&(key, stamp)) = self.order.front() {
+            self.visited += 1;
+            if self.records.get(&key).is_some_and(|r| r.stamp == stamp) {
+                return Some(key);
+            }
+            self.order.pop_front();
+        }
+        None
+    }
+
+    /// Forgets `key`'s record (its queue entry goes when it reaches the front).
+    fn remove(&mut self, key: &K) {
+        if self.records.remove(key).is_none() {
+            return;
+        }
+        if let Some(pool) = key.pool() {
+            if let Some(n) = self.pooled.get_mut(&pool) {
+                *n -= 1;
+                if *n == 0 {
+                    self.pooled.remove(&pool);
+                }
+            }
+        }
+    }
+
+    /// Sweeps up to [`SWEEP_STEPS`] forgotten records from the front of the order; when the
+    /// map is still full, the front record makes room: one locked out or with an attempt in
+    /// progress goes to the back instead, up to [`EVICT_TRIES`] times, after which the first
+    /// of them with no attempt in progress makes room. `Err` when every one tried has an
+    /// attempt in progress.
     fn make_room(&mut self, limits: &LoginLimits, now: Instant) -> Result<(), Duration> {
-        self.created += 1;
-        let full = self.records.len() >= limits.max_tracked;
-        if full || self.created % SWEEP_EVERY == 0 {
-            self.records
-                .retain(|_, record| !record.forgotten(limits.window, now));
+        for _ in 0..SWEEP_STEPS {
+            match self.front() {
+                Some(key) if self.records[&key].forgotten(limits.window, now) => {
+                    self.order.pop_front();
+                    self.remove(&key);
+                }
+                _ => break,
+            }
         }
         if self.records.len() < limits.max_tracked {
             return Ok(());
         }
-        let first_forgotten = self
-            .records
-            .iter()
-            .filter(|(_, record)| record.pending == 0)
-            .min_by_key(|(_, record)| record.quiet_from)
-            .map(|(key, _)| *key);
-        match first_forgotten {
+        let mut fallback = None;
+        for _ in 0..EVICT_TRIES {
+            let Some(key) = self.front() else { break };
+            let record = &self.records[&key];
+            let (pending, locked) = (
+                record.pending > 0,
+                record.locked_until.is_some_and(|until| until > now),
+            );
+            if !pending && !locked {
+                self.order.pop_front();
+                self.forget_to_make_room(&key);
+                return Ok(());
+            }
+            if !pending {
+                fallback.get_or_insert(key);
+            }
+            self.order.pop_front();
+            self.touch(key);
+        }
+        match fallback {
             Some(key) => {
-                self.records.remove(&key);
-                tracing::warn!(
-                    tracked = self.records.len(),
-                    "login throttle full: forgot the quietest key to make room"
-                );
+                self.forget_to_make_room(&key);
                 Ok(())
             }
             None => Err(BUSY_RETRY),
         }
+    }
+
+    fn forget_to_make_room(&mut self, key: &K) {
+        self.remove(key);
+        tracing::warn!(
+            tracked = self.records.len(),
+            "login throttle full: forgot the key quiet the longest to make room"
+        );
     }
 
     /// Records how an attempt on `key` ended.
@@ -305,8 +461,11 @@ impl<K: Eq + Hash + Copy> Tracker<K> {
             }
             Outcome::Abandoned => {}
         }
-        if record.pending == 0 && record.failures == 0 {
-            self.records.remove(key);
+        let forget = record.pending == 0 && record.failures == 0;
+        if forget {
+            self.remove(key);
+        } else if outcome == Outcome::Failure {
+            self.touch(*key);
         }
     }
 }
@@ -429,11 +588,110 @@ mod tests {
         let mut maps = throttle.lock();
         let key = sha256("dave");
         assert!(maps.usernames.records[&key].forgotten(Duration::from_secs(60), later));
-        maps.usernames.created = SWEEP_EVERY - 1;
         maps.usernames
             .reserve(sha256("eve"), &limits(), later)
             .unwrap();
         assert!(!maps.usernames.records.contains_key(&key));
+    }
+
+    /// `count` failures of new usernames, each from its own address of `addresses`, at `now`.
+    fn fail_many(
+        throttle: &Throttle,
+        prefix: &str,
+        count: u32,
+        addresses: impl Fn(u32) -> Option<IpAddr>,
+        now: Instant,
+    ) {
+        for i in 0..count {
+            fail(throttle, &format!("{prefix}{i}"), addresses(i), now);
+        }
+    }
+
+    #[test]
+    fn a_new_key_in_a_full_map_costs_a_bounded_number_of_steps() {
+        // The cost of a new key once the map is full is counted, not timed: the queue entries
+        // it looks at, a handful whatever the cap (a scan looked at every record, twice).
+        let cap = 20_000;
+        let throttle = Throttle::new(LoginLimits {
+            max_tracked: cap,
+            ..limits()
+        });
+        let start = Instant::now();
+        let v4 = |i: u32| Some(IpAddr::from(i.to_be_bytes()));
+        fail_many(&throttle, "user", cap as u32, v4, start);
+        assert_eq!(throttle.tracked(), (cap, cap));
+        let visited = |throttle: &Throttle| {
+            let maps = throttle.lock();
+            (maps.usernames.visited, maps.addresses.visited)
+        };
+        let before = visited(&throttle);
+        let later = start + Duration::from_millis(1);
+        fail_many(&throttle, "new", 2_000, |i| v4(cap as u32 + i), later);
+        let after = visited(&throttle);
+        let per_key = ((after.0 - before.0) / 2_000, (after.1 - before.1) / 2_000);
+        assert!(
+            per_key.0 <= 4 && per_key.1 <= 4,
+            "queue entries looked at per new key: {per_key:?}"
+        );
+        assert_eq!(throttle.tracked(), (cap, cap), "still at the cap");
+        let maps = throttle.lock();
+        assert!(!maps.usernames.records.contains_key(&sha256("user0")));
+        assert!(maps.usernames.records.contains_key(&sha256("new1999")));
+    }
+
+    #[test]
+    fn a_locked_key_is_passed_over_when_room_is_made() {
+        // At the cap, the key quiet the longest makes room, unless it is locked out: a flood of
+        // new keys does not cut a lockout short while unlocked keys can go instead.
+        let throttle = Throttle::new(limits());
+        let now = Instant::now();
+        for _ in 0..3 {
+            fail(&throttle, "mallory", None, now);
+        }
+        fail_many(&throttle, "flood", 30, |_| None, now);
+        assert_eq!(throttle.tracked().0, 8);
+        assert!(
+            throttle.admit("mallory", None, now).is_err(),
+            "still locked"
+        );
+    }
+
+    #[test]
+    fn one_ipv6_48_cannot_fill_the_map_nor_guess_at_a_64s_pace() {
+        // Every /64 of one /48 failing once: past PER_48 of them they share the /48's record,
+        // which locks out the whole /48 at the address limit; another /48 is untouched.
+        let throttle = Throttle::new(LoginLimits {
+            max_tracked: 10_000,
+            ..limits()
+        });
+        let now = Instant::now();
+        let in_48 = |net: u16, i: u32| {
+            let address = Ipv6Addr::new(0x2001, 0xdb8, net, i as u16, 0, 0, 0, 1);
+            Some(IpAddr::V6(address))
+        };
+        let admitted = (0..5_000u32)
+            .filter(|&i| {
+                let attempt = throttle.admit(&format!("u{i}"), in_48(1, i), now);
+                attempt.map(Attempt::failed).is_ok()
+            })
+            .count();
+        let (_, addresses) = throttle.tracked();
+        assert_eq!(
+            addresses,
+            PER_48 as usize + 1,
+            "the /64s apart, then the /48"
+        );
+        assert_eq!(
+            admitted,
+            PER_48 as usize + 5,
+            "then the /48's address limit"
+        );
+        assert!(throttle.admit("x", in_48(1, 60_000), now).is_err());
+        assert!(
+            throttle.admit("y", in_48(1, 0), now).is_err(),
+            "the /48 locks its /64s"
+        );
+        assert!(throttle.admit("z", in_48(2, 0), now).is_ok());
     }
 
     #[test]
