@@ -285,3 +285,129 @@ async fn stale_answers_cover_an_open_breaker() {
     assert!(outage.resolve("known").await.unwrap().stale);
     assert_eq!(outage.requests(), before);
 }
+
+/// How the call the test holds ends once released.
+#[derive(Clone, Copy)]
+enum Ending {
+    /// 503 at once.
+    Fails,
+    /// No answer: the resolver's `request_timeout` ends it.
+    TimesOut,
+}
+
+/// A user answered once, then a call the test holds, then 503 for everything: a resolver with
+/// stale serving on, its answer for "t" expired, and `callers` resolutions of "t" coalesced on
+/// the held call. `during` runs while the call is held; then the call ends as `ending` says,
+/// and each caller's result comes back.
+async fn held_outage(
+    callers: usize,
+    ending: Ending,
+    during: impl FnOnce(&Resolver, &str),
+) -> (Vec<Result<Arc<User>, ResolveError>>, Resolver) {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let held = Arc::new(tokio::sync::Notify::new());
+    let (r, h) = (release.clone(), held.clone());
+    let server = Scripted::start(move |n, _| {
+        let (release, held) = (r.clone(), h.clone());
+        async move {
+            match n {
+                0 => user_answer(7, "sam"),
+                1 => {
+                    held.notify_one();
+                    release.notified().await;
+                    if let Ending::TimesOut = ending {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                    }
+                    respond(503, &[], b"")
+                }
+                _ => respond(503, &[], b""),
+            }
+        }
+    })
+    .await;
+    let url = server.url();
+    let resolver = resolver_for(&url)
+        .cache_ttl(Duration::from_millis(50))
+        .serve_stale_for(Duration::from_secs(30))
+        .request_timeout(Duration::from_secs(1))
+        .retries(0)
+        .build()
+        .unwrap();
+    assert!(!resolver.resolve(&url, "t").await.unwrap().stale);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let tasks: Vec<_> = (0..callers)
+        .map(|_| {
+            let (resolver, url) = (resolver.clone(), url.clone());
+            tokio::spawn(async move { resolver.resolve(&url, "t").await })
+        })
+        .collect();
+    // The call is held: every caller spawned before it was polled first (one thread), and has
+    // joined the flight.
+    held.notified().await;
+    tokio::task::yield_now().await;
+    during(&resolver, &url);
+    release.notify_one();
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    assert_eq!(server.requests(), 2, "one call for every caller");
+    (results, resolver)
+}
+
+#[tokio::test]
+async fn a_ban_during_the_call_is_never_answered_stale() {
+    // Pins down that a revocation landing while a coalesced call is in flight wins over the
+    // stale answer captured before it: every caller of the flight is refused (token_rejected,
+    // the revocation's code, not the outage's), none is handed the banned user.
+    let (results, resolver) = held_outage(8, Ending::Fails, |resolver, url| {
+        resolver.invalidate_user(url, 7)
+    })
+    .await;
+    for result in &results {
+        match result {
+            Ok(user) => panic!("the banned user was served (stale: {})", user.stale),
+            Err(error) => assert_eq!(error.code(), ErrorCode::TokenRejected, "{error}"),
+        }
+    }
+    assert_eq!(resolver.stats().stale_served, 0);
+}
+
+#[tokio::test]
+async fn a_ban_during_a_call_that_times_out_is_never_answered_stale() {
+    // Pins down the same when the integrator does not answer at all: the call ends at the
+    // request timeout (auth_timeout, which stale serving covers), and the ban still wins.
+    let (results, _) = held_outage(4, Ending::TimesOut, |resolver, url| {
+        resolver.invalidate_user(url, 7)
+    })
+    .await;
+    for result in results {
+        assert_eq!(result.unwrap_err().code(), ErrorCode::TokenRejected);
+    }
+}
+
+#[tokio::test]
+async fn a_ban_of_everyone_during_the_call_is_never_answered_stale() {
+    // Pins down the same for a revocation of everything.
+    let (results, _) = held_outage(4, Ending::Fails, |resolver, _| resolver.invalidate_all()).await;
+    for result in results {
+        assert_eq!(result.unwrap_err().code(), ErrorCode::TokenRejected);
+    }
+}
+
+#[tokio::test]
+async fn someone_else_banned_during_the_call_leaves_the_stale_answer() {
+    // Pins down that the check names what the stale answer stands for: another user's ban
+    // does not cost this one its fallback.
+    let (results, resolver) = held_outage(4, Ending::Fails, |resolver, url| {
+        resolver.invalidate_user(url, 8)
+    })
+    .await;
+    for result in results {
+        let user = result.unwrap();
+        assert!(user.stale);
+        assert_eq!(user.id, 7);
+    }
+    assert_eq!(resolver.stats().stale_served, 4);
+}

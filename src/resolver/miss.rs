@@ -1,6 +1,7 @@
 //! A resolution the cache could not answer: the token's full syntax check, then one call per
 //! key for all concurrent callers (the shared tier's answer, or the API's), what is stored, and
-//! the stale answer served when the API cannot be reached.
+//! the stale answer served when the API cannot be reached, unless a revocation of what it stands
+//! for landed meanwhile.
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use super::outcome::{rejected, CacheOutcome, Resolution};
 use super::stats::Counter;
 use super::Resolver;
 use crate::auth_url::Endpoint;
-use crate::cache::{CacheKey, Cached, KeyRef, Mark, Verdict};
+use crate::cache::{CacheKey, Cached, KeyRef, Lookup, Mark, Verdict};
 use crate::error::{ApiHost, ErrorCode, ResolveError};
 use crate::telemetry;
 use crate::token;
@@ -33,6 +34,9 @@ impl Resolver {
             host: ApiHost::of(endpoint),
         });
         let mut ran = false;
+        // Where the revocations stood when the first call began: a stale answer is checked
+        // against it (and the caller's own look-up happened before).
+        let mut first: Option<Mark> = None;
         for _ in 0..2 {
             let ((answer, since), led) = inner
                 .flights
@@ -43,6 +47,7 @@ impl Resolver {
                 )
                 .await;
             ran |= led;
+            first.get_or_insert(since);
             match answer {
                 Ok(Verdict::User(user))
                     if inner.cache.revoked_since(since, endpoint, key.token, &user) =>
@@ -66,13 +71,55 @@ impl Resolver {
             Ok(Verdict::User(user)) => Ok((user, outcome)),
             Ok(Verdict::Rejected(status)) => Err((rejected(endpoint, status), Some(outcome))),
             // Only an unreachable API falls back; a rejection or a broken answer never does,
-            // nor does an answer whose token has expired since.
+            // nor does an answer whose token has expired since, nor one revoked meanwhile.
             Err(error) => match stale {
-                Some(user) if is_outage(&error) && !self.has_expired(&user) => {
-                    Ok((self.serve_stale(&user, &error), CacheOutcome::Stale))
+                Some(captured) if is_outage(&error) => {
+                    match self.still_stale(endpoint, key, &captured, first) {
+                        Ok(Some(user)) => {
+                            Ok((self.serve_stale(&user, &error), CacheOutcome::Stale))
+                        }
+                        Ok(None) => Err((error, Some(outcome))),
+                        Err(revoked) => Err((revoked, Some(outcome))),
+                    }
                 }
                 _ => Err((error, Some(outcome))),
             },
+        }
+    }
+
+    /// The stale answer that may still be served for `key` once the call has failed.
+    ///
+    /// `Err` with [`ResolveError::TokenRevoked`] (code `token_rejected`) when something the
+    /// answer stands for (its token, its user, its session, or everything) was revoked since
+    /// `since`, the mark taken when the call began: a ban that lands during the call refuses
+    /// every caller of the flight as the ban says, not as the outage does. Otherwise the answer
+    /// the cache holds now, not the one `captured` before the call (a revocation that landed
+    /// between the caller's look-up and the call's mark dropped it: nothing to fall back on,
+    /// the outage's error), unless its token has expired.
+    fn still_stale(
+        &self,
+        endpoint: &Arc<Endpoint>,
+        key: &KeyRef<'_>,
+        captured: &User,
+        since: Option<Mark>,
+    ) -> Result<Option<Arc<User>>, ResolveError> {
+        let cache = &self.inner.cache;
+        let revoked = |user: &User| {
+            since.is_none_or(|since| cache.revoked_since(since, endpoint, key.token, user))
+        };
+        if revoked(captured) {
+            return Err(ResolveError::TokenRevoked {
+                host: ApiHost::of(endpoint),
+            });
+        }
+        match cache.lookup(key) {
+            Lookup::Stale(user) if revoked(&user) => Err(ResolveError::TokenRevoked {
+                host: ApiHost::of(endpoint),
+            }),
+            Lookup::Stale(user) => Ok((!self.has_expired(&user)).then_some(user)),
+            // Dropped (by a revocation, or at the end of its window), or replaced by another
+            // flight's answer after this one failed: nothing stale to fall back on.
+            Lookup::Absent | Lookup::Fresh(_) => Ok(None),
         }
     }
 
