@@ -1,7 +1,8 @@
 //! Envoy's external authorization over gRPC (`envoy.service.auth.v3.Authorization/Check`), for
 //! Envoy, Istio and Contour: the bearer of the checked request's `authorization` header, the
 //! authUrl of the route's `context_extensions["auth_url"]` (optional; the allowlist applies),
-//! answered OK with `x-user-id` and `x-user-name` (percent-encoded) for Envoy to add upstream,
+//! answered OK with `x-user-id` and `x-user-name` (percent-encoded) for Envoy to set upstream
+//! in place of the client's own (and the client's other `x-user-*` and `x-auth-url` removed),
 //! or DENIED with the HTTP status, `WWW-Authenticate`, `Retry-After` and the JSON body a
 //! bearer API answers (SPEC section 10). The protos are `envoy-types`' (precompiled).
 //!
@@ -14,11 +15,13 @@ use std::time::Duration;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::IntoResponse;
 use envoy_types::ext_authz::v3::pb::{
-    Authorization, AuthorizationServer, CheckRequest, CheckResponse, HttpStatusCode,
+    Authorization, AuthorizationServer, CheckRequest, CheckResponse, DeniedHttpResponse,
+    HeaderAppendAction, HeaderValueOption, HttpStatusCode, OkHttpResponse,
 };
 use envoy_types::ext_authz::v3::{
     CheckRequestExt, CheckResponseExt, DeniedHttpResponseBuilder, OkHttpResponseBuilder,
 };
+use envoy_types::pb::google::protobuf::BoolValue;
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
@@ -78,7 +81,7 @@ impl Authorization for Checker {
             .and_then(|attributes| attributes.context_extensions.get("auth_url"))
             .map_or("", String::as_str);
         let answer = match self.resolve(headers.get("authorization"), auth_url).await {
-            Ok(user) => allowed(user.id, &user.name),
+            Ok(user) => allowed(user.id, &user.name, headers.keys()),
             Err(error) => denied(error).await,
         };
         Ok(Response::new(answer))
@@ -107,14 +110,38 @@ impl Checker {
     }
 }
 
-/// OK, with the user's headers for Envoy to add to the request upstream.
-fn allowed(id: i64, name: &str) -> CheckResponse {
+/// OK, with the user's headers for Envoy to set on the request upstream in place of any the
+/// client sent, and the client's own `x-user-*` and `x-auth-url` among `client` (the checked
+/// request's header names) removed.
+fn allowed<'a>(id: i64, name: &str, client: impl Iterator<Item = &'a String>) -> CheckResponse {
     let mut ok = OkHttpResponseBuilder::new();
     ok.add_header("x-user-id", id.to_string(), None, false)
         .add_header("x-user-name", encoded_name(name), None, true);
+    for header in client {
+        let header = header.to_ascii_lowercase();
+        let ours = matches!(header.as_str(), "x-user-id" | "x-user-name");
+        if !ours && (header.starts_with("x-user-") || header == "x-auth-url") {
+            ok.remove_header(header);
+        }
+    }
+    let mut ok = OkHttpResponse::from(ok);
+    overwrite(&mut ok.headers);
     let mut response = CheckResponse::with_status(Status::ok("authorized"));
     response.set_http_response(ok);
     response
+}
+
+/// Makes each of `options` replace the header's values rather than join them, as every Envoy
+/// reads it: `append: false` for those that read only the deprecated `append` (unset meant
+/// false, up to Envoy 1.36), and `OVERWRITE_IF_EXISTS_OR_ADD` for those that read
+/// `append_action`, whose default appends: a client's own `x-user-id` would then reach the
+/// upstream beside the user's, and many frameworks read the first.
+#[allow(deprecated)] // `append` is deprecated, and what older Envoy reads.
+fn overwrite(options: &mut [HeaderValueOption]) {
+    for option in options {
+        option.append = Some(BoolValue { value: false });
+        option.append_action = HeaderAppendAction::OverwriteIfExistsOrAdd.into();
+    }
 }
 
 /// DENIED with what a bearer API answers for `error`: its status, challenge, `Retry-After`
@@ -145,6 +172,8 @@ async fn denied(error: ResolveError) -> CheckResponse {
     if let Ok(body) = axum::body::to_bytes(http.into_body(), MAX_DENIAL_BODY).await {
         denied.set_body(String::from_utf8_lossy(&body).into_owned());
     }
+    let mut denied = DeniedHttpResponse::from(denied);
+    overwrite(&mut denied.headers);
     let mut response = CheckResponse::with_status(grpc);
     response.set_http_response(denied);
     response

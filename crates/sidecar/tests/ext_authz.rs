@@ -205,3 +205,126 @@ async fn silent_sockets_are_closed_at_the_head_deadline_and_one_over_the_cap_at_
         .into_inner();
     assert_eq!(ok.status.unwrap().code, 0, "the slots came back");
 }
+
+/// Which Envoy reads an OK answer's header options.
+#[derive(Debug, Clone, Copy)]
+enum Envoy {
+    /// Up to 1.36: only the deprecated `append`, unset meaning false (replace).
+    ReadsAppend,
+    /// Since envoyproxy/envoy#42878: `append_action`, whose default appends.
+    ReadsAppendAction,
+}
+
+/// The request `envoy` sends upstream: `client`'s headers (a header sent twice is two
+/// entries) with `ok`'s header options applied and its removals made.
+#[allow(deprecated)] // `append`, what older Envoy reads.
+fn upstream(
+    envoy: Envoy,
+    client: &[(&str, &str)],
+    ok: &envoy_types::ext_authz::v3::pb::OkHttpResponse,
+) -> Vec<(String, String)> {
+    use envoy_types::ext_authz::v3::pb::HeaderAppendAction as Action;
+    let mut request: Vec<(String, String)> = (client.iter())
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+        .collect();
+    for option in &ok.headers {
+        let header = option.header.as_ref().expect("an option names its header");
+        let key = header.key.to_ascii_lowercase();
+        let present = request.iter().any(|(k, _)| *k == key);
+        let replace = match envoy {
+            Envoy::ReadsAppend => !option.append.is_some_and(|append| append.value),
+            Envoy::ReadsAppendAction => match Action::try_from(option.append_action) {
+                Ok(Action::OverwriteIfExistsOrAdd) => true,
+                Ok(Action::AppendIfExistsOrAdd) => false,
+                Ok(Action::AddIfAbsent) if present => continue,
+                Ok(Action::AddIfAbsent) => false,
+                Ok(Action::OverwriteIfExists) if !present => continue,
+                Ok(Action::OverwriteIfExists) => true,
+                Err(_) => panic!("an append_action Envoy does not know"),
+            },
+        };
+        if replace {
+            request.retain(|(k, _)| *k != key);
+        }
+        request.push((key, header.value.clone()));
+    }
+    for removed in &ok.headers_to_remove {
+        request.retain(|(k, _)| !k.eq_ignore_ascii_case(removed));
+    }
+    request
+}
+
+#[tokio::test]
+async fn the_users_headers_replace_the_clients_own_on_every_envoy() {
+    // A client that claims to be user 1, "mallory", and names its own integrator, through an
+    // Envoy that forwards everything it is not told to replace or remove.
+    let api = support::reference_api().await;
+    let base = api.base_url();
+    let token = support::login_and_take_token(&base, "bob", "builder").await;
+    let resolver = Resolver::builder().default_auth_url(&base).build().unwrap();
+    let grpc = Sidecar::new(resolver, SidecarConfig::default())
+        .spawn_grpc("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let bearer = format!("Bearer {token}");
+    let client_headers = [
+        ("authorization", bearer.as_str()),
+        ("x-user-id", "1"),
+        ("x-user-id", "1"),
+        ("X-User-Name", "mallory"),
+        ("x-user-role", "admin"),
+        ("x-auth-url", "http://evil"),
+    ];
+    // Envoy joins a header sent twice into one entry of the check request.
+    let checked = [
+        ("authorization", bearer.as_str()),
+        ("x-user-id", "1,1"),
+        ("x-user-name", "mallory"),
+        ("x-user-role", "admin"),
+        ("x-auth-url", "http://evil"),
+    ];
+    let answer = client(&grpc)
+        .await
+        .check(check_request(&checked, &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.status.as_ref().map(|s| s.code), Some(0), "OK");
+    let Some(HttpResponse::OkResponse(ok)) = answer.http_response.as_ref() else {
+        panic!("an OK answer with HTTP attributes: {answer:?}");
+    };
+    assert!(
+        ok.headers.len() >= 2,
+        "the user's headers: {:?}",
+        ok.headers
+    );
+    for option in &ok.headers {
+        #[allow(deprecated)] // `append`, what older Envoy reads.
+        let append = option.append.map(|append| append.value);
+        assert_eq!(append, Some(false), "append: false on {option:?}");
+        assert_eq!(
+            option.append_action,
+            envoy_types::ext_authz::v3::pb::HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
+            "{option:?}"
+        );
+    }
+    for envoy in [Envoy::ReadsAppend, Envoy::ReadsAppendAction] {
+        let request = upstream(envoy, &client_headers, ok);
+        let values = |name: &str| -> Vec<&str> {
+            (request.iter())
+                .filter(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+                .collect()
+        };
+        assert_eq!(
+            values("x-user-id"),
+            ["2"],
+            "{envoy:?}: the resolver's user alone"
+        );
+        assert_eq!(values("x-user-name"), ["Bob"], "{envoy:?}");
+        assert!(values("x-user-role").is_empty(), "{envoy:?}");
+        assert!(values("x-auth-url").is_empty(), "{envoy:?}");
+        assert_eq!(values("authorization"), [bearer.as_str()], "{envoy:?}");
+    }
+    grpc.shutdown().await;
+}
