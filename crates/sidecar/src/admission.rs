@@ -6,18 +6,27 @@
 //!
 //! The preface is read here and handed back to hyper in front of the rest of the stream
 //! ([`Admitted`]); the connection's slot goes with it.
+//!
+//! A connection with no call in flight for the idle timeout is closed: the stream reads as
+//! ended, and hyper closes it (tonic has no idle timeout; HTTP/2 pings keep a connection busy
+//! in bytes but not in calls). Its calls ([`Call`], begun by the service through the
+//! connection's [`Connection`] in the request's extensions) hold it open.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures_util::task::AtomicWaker;
 use futures_util::Stream;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tokio::time::{Instant, Sleep};
+use tonic::transport::server::Connected;
 
 /// What every HTTP/2 connection opens with (RFC 9113, section 3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -30,14 +39,63 @@ pub(crate) struct Admitted {
     /// Bytes of [`PREFACE`] already handed back to the reader.
     replayed: usize,
     _slot: OwnedSemaphorePermit,
+    /// Its calls in flight and when the last ended, shared with the requests it carries.
+    activity: Arc<Activity>,
+    /// Longest it may stay with no call in flight.
+    idle_timeout: Duration,
+    /// Fires at the end of the current idle period.
+    idle: Pin<Box<Sleep>>,
+}
+
+/// What the calls of one connection tell its reader.
+#[derive(Debug)]
+struct Activity {
+    /// Calls begun and not yet answered.
+    in_flight: AtomicUsize,
+    /// When the connection last had no call in flight (its start, or its last call's end).
+    idle_since: Mutex<Instant>,
+    /// The reader waiting on the socket, woken when the last call ends to start its timer.
+    reader: AtomicWaker,
+}
+
+/// A connection as the requests it carries see it (in their extensions): a handle to begin a
+/// [`Call`] on it.
+#[derive(Debug, Clone)]
+pub(crate) struct Connection {
+    activity: Arc<Activity>,
+}
+
+/// A call in flight on a connection, which the idle timeout waits for; ended on drop.
+#[derive(Debug)]
+pub(crate) struct Call(Arc<Activity>);
+
+impl Connection {
+    /// A call in flight until the returned [`Call`] is dropped.
+    pub(crate) fn begin(&self) -> Call {
+        self.activity.in_flight.fetch_add(1, Ordering::SeqCst);
+        Call(self.activity.clone())
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        let mut since = (self.0.idle_since.lock()).unwrap_or_else(PoisonError::into_inner);
+        *since = Instant::now();
+        drop(since);
+        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.reader.wake();
+        }
+    }
 }
 
 /// Accepts on `listener` and yields the connections it admits, until the stream is dropped:
-/// at most `max_connections` open at once, each with its preface within `head_deadline`.
+/// at most `max_connections` open at once, each with its preface within `head_deadline`, each
+/// ended after `idle_timeout` with no call in flight.
 pub(crate) fn admit(
     listener: TcpListener,
     max_connections: usize,
     head_deadline: Duration,
+    idle_timeout: Duration,
 ) -> impl Stream<Item = io::Result<Admitted>> {
     let (admitted, mut incoming) = mpsc::channel(WAITING);
     let slots = Arc::new(Semaphore::new(max_connections.max(1)));
@@ -56,10 +114,18 @@ pub(crate) fn admit(
                 match preface(stream, head_deadline).await {
                     Ok(stream) => {
                         let _ = stream.set_nodelay(true);
+                        let now = Instant::now();
                         let connection = Admitted {
                             stream,
                             replayed: 0,
                             _slot: slot,
+                            activity: Arc::new(Activity {
+                                in_flight: AtomicUsize::new(0),
+                                idle_since: Mutex::new(now),
+                                reader: AtomicWaker::new(),
+                            }),
+                            idle_timeout,
+                            idle: Box::pin(tokio::time::sleep_until(now + idle_timeout)),
                         };
                         let _ = admitted.send(Ok(connection)).await;
                     }
@@ -95,7 +161,33 @@ impl AsyncRead for Admitted {
             self.replayed += n;
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        if let Poll::Ready(read) = Pin::new(&mut self.stream).poll_read(cx, buf) {
+            return Poll::Ready(read);
+        }
+        if self.idle_for_too_long(cx) {
+            tracing::debug!("gRPC connection closed: idle for its timeout");
+            return Poll::Ready(Ok(()));
+        }
+        Poll::Pending
+    }
+}
+
+impl Admitted {
+    /// Whether the connection, its socket waiting, has had no call in flight for its idle
+    /// timeout; otherwise `cx` is woken when that may change (the timer, or the last call's
+    /// end).
+    fn idle_for_too_long(&mut self, cx: &mut Context<'_>) -> bool {
+        self.activity.reader.register(cx.waker());
+        if self.activity.in_flight.load(Ordering::SeqCst) > 0 {
+            return false;
+        }
+        let since = *(self.activity.idle_since.lock()).unwrap_or_else(PoisonError::into_inner);
+        let deadline = since + self.idle_timeout;
+        if self.idle.deadline() != deadline {
+            self.idle.as_mut().reset(deadline);
+        }
+        self.idle.as_mut().poll(cx).is_ready()
+            && self.activity.in_flight.load(Ordering::SeqCst) == 0
     }
 }
 
@@ -130,9 +222,11 @@ impl AsyncWrite for Admitted {
 }
 
 impl Connected for Admitted {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = Connection;
 
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.stream.connect_info()
+    fn connect_info(&self) -> Connection {
+        Connection {
+            activity: self.activity.clone(),
+        }
     }
 }

@@ -7,7 +7,8 @@
 //! bearer API answers (SPEC section 10). The protos are `envoy-types`' (precompiled).
 //!
 //! A request without HTTP attributes is `INVALID_ARGUMENT`; nothing of it is logged. The
-//! listener keeps the sidecar's connection cap and head deadline (`admission`).
+//! listener keeps the sidecar's connection cap and head deadline, and closes a connection idle
+//! for `grpc_idle_timeout` (`admission`); one older than `grpc_max_age` is sent `GOAWAY`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,9 +52,13 @@ pub(crate) struct Checker {
 pub(crate) async fn serve(listener: TcpListener, node: Arc<Node>, mut stopped: Stopped) {
     let local = listener.local_addr().ok();
     let (cap, deadline) = (node.config.max_connections, node.config.header_timeout);
-    let incoming = admission::admit(listener, cap, deadline);
+    let (idle, max_age) = (node.config.grpc_idle_timeout, node.config.grpc_max_age);
+    let incoming = admission::admit(listener, cap, deadline, idle);
+    // No grace after the age: tonic's grace replaces the GOAWAY with a close at age + grace.
+    // The GOAWAY is enough, since each call is bounded by `CHECK_TIMEOUT`.
     let served = tonic::transport::Server::builder()
         .timeout(CHECK_TIMEOUT)
+        .max_connection_age(max_age)
         .max_concurrent_streams(MAX_STREAMS)
         .http2_keepalive_interval(Some(KEEPALIVE))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
@@ -71,6 +76,7 @@ impl Authorization for Checker {
         &self,
         request: Request<CheckRequest>,
     ) -> Result<Response<CheckResponse>, Status> {
+        let _call = (request.extensions().get::<admission::Connection>()).map(|c| c.begin());
         let request = request.into_inner();
         let Some(headers) = request.get_client_headers() else {
             return Err(Status::invalid_argument(

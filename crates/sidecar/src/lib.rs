@@ -84,6 +84,12 @@ pub struct SidecarConfig {
     /// Longest a request may take before it is answered 408 (an event stream's head is sent
     /// at once; its events are not bounded by it). Default: 10 s.
     pub request_timeout: Duration,
+    /// Longest a gRPC connection stays open with no call in flight; then it is closed.
+    /// Default: 5 min.
+    pub grpc_idle_timeout: Duration,
+    /// Age at which a gRPC connection is told to go away (`GOAWAY`: its calls in flight end,
+    /// the client opens another). Default: 30 min.
+    pub grpc_max_age: Duration,
     /// How long a session whose token expired has, after `reauth_required`, to be resolved
     /// again with a new token; then it is `revoked` (`session_expired`). Default: 60 s.
     pub reauth_grace: Duration,
@@ -111,6 +117,8 @@ impl Default for SidecarConfig {
             max_connections: 1024,
             header_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(10),
+            grpc_idle_timeout: Duration::from_secs(300),
+            grpc_max_age: Duration::from_secs(1800),
             reauth_grace: Duration::from_secs(60),
             revalidate: None,
             recheck_rate: 200,

@@ -328,3 +328,128 @@ async fn the_users_headers_replace_the_clients_own_on_every_envoy() {
     }
     grpc.shutdown().await;
 }
+
+/// A raw HTTP/2 connection to `addr` that has sent its preface and an empty SETTINGS frame.
+async fn h2_connection(addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    stream
+}
+
+/// The type of the next HTTP/2 frame on `stream` (its payload skipped, a PING answered as a
+/// client does); `None` once closed.
+async fn next_frame(stream: &mut tokio::net::TcpStream) -> Option<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = [0u8; 9];
+    stream.read_exact(&mut head).await.ok()?;
+    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let mut payload = vec![0u8; len];
+    stream.read_exact(&mut payload).await.ok()?;
+    let (kind, flags) = (head[3], head[4]);
+    if kind == 6 && flags & 1 == 0 {
+        let mut ack = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
+        ack.extend_from_slice(&payload);
+        stream.write_all(&ack).await.ok()?;
+    }
+    Some(kind)
+}
+
+// Real time: the listener's timers run on the server's runtime against a real socket, and the
+// durations are a few hundred milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_connection_is_closed_when_idle_and_sent_goaway_at_its_maximum_age() {
+    use std::time::{Duration, Instant};
+    use support::closed_within;
+
+    let api = support::reference_api().await;
+    let base = api.base_url();
+    let token = support::login_and_take_token(&base, "alice", "wonderland").await;
+    let resolver = Resolver::builder().default_auth_url(&base).build().unwrap();
+    let idle = SidecarConfig {
+        grpc_idle_timeout: Duration::from_millis(300),
+        ..SidecarConfig::default()
+    };
+    let grpc = Sidecar::new(resolver.clone(), idle)
+        .spawn_grpc("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+
+    // A connection that never makes a call: open past nothing, closed at the idle timeout.
+    let started = Instant::now();
+    let mut quiet = h2_connection(grpc.local_addr()).await;
+    assert!(
+        !closed_within(&mut quiet, Duration::from_millis(150)).await,
+        "not closed before its idle timeout"
+    );
+    assert!(
+        closed_within(&mut quiet, Duration::from_secs(2)).await,
+        "closed once idle for its timeout"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    // Calls keep a connection in use; the client reconnects once it was closed as idle.
+    let mut client = client(&grpc).await;
+    let bearer = format!("Bearer {token}");
+    for pause in [0, 100, 100, 600] {
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let ok = client
+            .check(check_request(&[("authorization", &bearer)], &[]))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(ok.status.unwrap().code, 0, "after {pause} ms");
+    }
+    // A call longer than the idle timeout holds its connection open to its answer.
+    let fresh = support::login_and_take_token(&base, "bob", "builder").await;
+    api.api().set_user_latency(Duration::from_millis(800));
+    let slow = client
+        .check(check_request(
+            &[("authorization", &format!("Bearer {fresh}"))],
+            &[],
+        ))
+        .await
+        .expect("answered on a connection busy past its idle timeout")
+        .into_inner();
+    assert_eq!(slow.status.unwrap().code, 0);
+    api.api().set_user_latency(Duration::ZERO);
+    grpc.shutdown().await;
+
+    // A connection older than the maximum age is sent GOAWAY, idle or not.
+    let aged = SidecarConfig {
+        grpc_max_age: Duration::from_millis(300),
+        ..SidecarConfig::default()
+    };
+    let grpc = Sidecar::new(resolver, aged)
+        .spawn_grpc("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut old = h2_connection(grpc.local_addr()).await;
+    let goaway = tokio::time::timeout(Duration::from_secs(3), async {
+        while let Some(frame) = next_frame(&mut old).await {
+            if frame == 7 {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(goaway, Ok(true), "GOAWAY at the maximum age");
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    let closed = tokio::time::timeout(Duration::from_secs(2), async {
+        while next_frame(&mut old).await.is_some() {}
+    });
+    assert!(
+        closed.await.is_ok(),
+        "closed after GOAWAY, with no call in flight"
+    );
+    grpc.shutdown().await;
+}
