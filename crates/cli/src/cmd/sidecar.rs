@@ -32,6 +32,12 @@ pub(crate) struct SidecarArgs {
     /// Address of Envoy's ext_authz gRPC service (Authorization/Check); off unless given.
     #[arg(long, value_name = "ADDR")]
     pub(crate) grpc_listen: Option<SocketAddr>,
+    /// Let --listen and --grpc-listen take an address beyond loopback. Whoever reaches them
+    /// can read every session's user on /v1/events, stop revocations with DELETE
+    /// /v1/sessions, and test tokens on /v1/resolve: without this flag such an address is a
+    /// usage error.
+    #[arg(long)]
+    pub(crate) allow_non_loopback: bool,
     /// Address of the admin listener (/metrics, /healthz, /readyz, /admin/revoke); off unless
     /// given.
     #[arg(long, value_name = "ADDR")]
@@ -103,8 +109,10 @@ pub(crate) async fn run(args: SidecarArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The metrics recorder, the secrets, the shared tier, then the listeners.
+/// The listeners' addresses checked, the metrics recorder, the secrets, the shared tier, then
+/// the listeners.
 async fn start(args: &SidecarArgs) -> Result<Running, StartFailed> {
+    loopback_only(args)?;
     let metrics = Metrics::install().map_err(|e| StartFailed::fatal(e.to_string()))?;
     let revoke_secret = admin_secret().map_err(StartFailed::usage)?;
     let tier = args.redis.tier().map_err(StartFailed::usage)?;
@@ -183,6 +191,35 @@ async fn start(args: &SidecarArgs) -> Result<Running, StartFailed> {
         grpc,
         admin,
     })
+}
+
+/// `--listen` and `--grpc-listen` on loopback, or a usage error naming the flag; beyond
+/// loopback with `--allow-non-loopback`, a warning naming what is then exposed.
+fn loopback_only(args: &SidecarArgs) -> Result<(), StartFailed> {
+    let listeners = [
+        ("--listen", Some(args.listen)),
+        ("--grpc-listen", args.grpc_listen),
+    ];
+    for (flag, addr) in listeners {
+        let Some(addr) = addr.filter(|addr| !addr.ip().to_canonical().is_loopback()) else {
+            continue;
+        };
+        if !args.allow_non_loopback {
+            return Err(StartFailed::usage(format!(
+                "{flag} {addr} is not a loopback address: the sidecar serves the game servers \
+                 of this host; give --allow-non-loopback (allow-non-loopback = true in \
+                 --config) if it must be reached from elsewhere"
+            )));
+        }
+        tracing::warn!(
+            flag,
+            %addr,
+            "listening beyond loopback (--allow-non-loopback): whoever reaches it can read \
+             every session's id and user id on /v1/events, stop revocations with DELETE \
+             /v1/sessions, and use /v1/resolve (and /v1/authorize, gRPC Check) as a token oracle"
+        );
+    }
+    Ok(())
 }
 
 /// What the sidecar prints once it listens.
