@@ -264,6 +264,40 @@ async fn with_a_grace_a_session_unverified_for_longer_is_closed_as_auth_unavaila
     assert_eq!(ended.code(), Some("auth_unavailable"), "{ended:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recheck_answered_stale_is_not_taken_for_valid() {
+    // Pins down that a stale answer confirms nothing: with serve_stale_for on and the API down,
+    // each re-check gets the cached user flagged stale; the session's standing stays unknown,
+    // so once the grace has passed it is closed as unverified, not kept as if confirmed.
+    let state = Arc::new(std::sync::atomic::AtomicU8::new(0));
+    let api = flaky_api(state.clone()).await;
+    let resolver = resolver_for(&api.url())
+        .cache_ttl(Duration::from_millis(50))
+        .serve_stale_for(Duration::from_secs(60))
+        .retries(0)
+        .circuit_breaker(0, Duration::ZERO)
+        .build()
+        .unwrap();
+    let config = GameServerConfig {
+        rooms: vec![room("lobby", None)],
+        revalidate: Some(Duration::from_millis(100)),
+        unverified_grace: Some(Duration::from_millis(300)),
+        ..GameServerConfig::default()
+    };
+    let game = game_server_with(resolver.clone(), config).await;
+    let mut client = in_the_first_room(&game, "alice").await;
+    state.store(1, Ordering::SeqCst);
+    let ended = tokio::time::timeout(Duration::from_secs(5), client.next_push())
+        .await
+        .expect("closed once the grace is over, stale answers notwithstanding")
+        .unwrap_err();
+    assert_eq!(ended.code(), Some("auth_unavailable"), "{ended:?}");
+    assert!(
+        resolver.stats().stale_served > 0,
+        "the re-checks were answered stale"
+    );
+}
+
 /// The admin listener of `game`, with the revocation secret.
 async fn admin(game: &RunningGameServer) -> RunningAdmin {
     let config = AdminConfig {

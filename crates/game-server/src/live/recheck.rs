@@ -4,10 +4,13 @@
 //!
 //! Only an answer counts. A token the API now rejects, or that names another user, makes the
 //! session fall; an API that cannot be asked (`overloaded`, `auth_timeout`,
-//! `auth_unavailable`) says nothing, so the check is tried again, with a growing pause, until
-//! an answer comes. How long a session may stay meanwhile is the server's setting (`unverified
-//! grace`): by default as long as the outage lasts, so that an integrator's outage does not
-//! close every game; with a grace, a session still unverified after it is closed.
+//! `auth_unavailable`) says nothing, and neither does the resolver's stale answer (with
+//! `serve_stale_for`, [`User::stale`](token_resolver::User::stale): what the API said before it
+//! became unreachable, not that the token still stands), so the check is tried again, with a
+//! growing pause, until an answer comes. How long a session may stay meanwhile is the server's
+//! setting (`unverified grace`): by default as long as the outage lasts, so that an
+//! integrator's outage does not close every game; with a grace, a session still unverified
+//! after it is closed.
 //!
 //! Re-checks after a re-sync can name every session at once: they go through a [`Pacer`], a
 //! bounded rate shared by the server's sessions, each at a random point of its turn, so that
@@ -32,7 +35,8 @@ pub enum Standing {
     Stands,
     /// A token was rejected, or resolves to another user: the session is revoked.
     Falls,
-    /// The API could not be asked; the code says why.
+    /// The API could not be asked (or answered only from the resolver's stale answers); the
+    /// code says why.
     Unknown(ErrorCode),
 }
 
@@ -52,6 +56,8 @@ pub async fn standing(resolver: &Resolver, holdings: &Holdings) -> Standing {
         let token = credential.token.secret();
         match resolver.resolve(&credential.endpoint, token).await {
             Ok(user) if user.id != credential.user_id => return Standing::Falls,
+            // Served from the cache because the API could not be reached: not a confirmation.
+            Ok(user) if user.stale => unknown = Some(ErrorCode::AuthUnavailable),
             Ok(_) => {}
             Err(e) if e.is_retryable() => unknown = Some(e.code()),
             Err(_) => return Standing::Falls,
