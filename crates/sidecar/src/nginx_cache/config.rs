@@ -65,7 +65,7 @@ impl NginxCache {
     }
 
     /// Longest nginx may keep an answer; shorter when the token expires sooner, and never
-    /// longer than the resolver's own cache TTL. Default: 60 s.
+    /// longer than the resolver's own cache TTL, nor than a day. Default: 60 s.
     #[must_use]
     pub fn ttl(mut self, ttl: Duration) -> NginxCache {
         self.ttl = ttl;
@@ -84,8 +84,10 @@ impl NginxCache {
     /// so that the next sidecar to start with the same file takes back (purges) everything
     /// still in force there: without it, what a previous process granted stays in nginx until
     /// it expires, out of reach of any revocation. The file holds `Authorization` values, as
-    /// nginx's cache does: it is created readable by its owner alone; keep it on tmpfs. Off by
-    /// default.
+    /// nginx's cache does: it is created readable by its owner alone (0600) and never opened
+    /// through a symbolic link; a file found there that others may read or write is refused
+    /// (the sidecar then lets nginx keep nothing, and logs the path and the mode). Keep it on
+    /// tmpfs, in a directory only the sidecar's user may write. Off by default.
     #[must_use]
     pub fn grants_file(mut self, path: impl Into<PathBuf>) -> NginxCache {
         self.grants_file = Some(path.into());

@@ -44,6 +44,10 @@ pub use self::purger::{PURGES_TOTAL, PURGE_HEADER};
 /// A purge of a grant younger than this is sent again once it is this old: nginx stores an
 /// answer a moment after the sidecar sends it, and a purge in that moment finds nothing.
 const SETTLE: Duration = Duration::from_secs(1);
+/// Longest nginx may keep an answer, whatever the configuration says; a grants file's line
+/// reaching further than this (and [`SETTLE`]) from now was not written by a sidecar, and is
+/// clamped to it.
+const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The grants of `nginx` for `resolver`'s default authUrl, following its revocations and
 /// purging until `cut`, with a purge owed for each grant of a previous process still in force
@@ -62,11 +66,16 @@ pub(crate) fn start(
         }
     };
     let endpoint = resolver.default_endpoint().map(|e| e.as_str().to_owned());
-    // nginx never keeps an answer longer than the resolver itself would.
-    let config = nginx.clone().ttl(nginx.ttl.min(resolver.cache_ttl()));
+    // nginx never keeps an answer longer than the resolver itself would, nor than a day.
+    let config = nginx
+        .clone()
+        .ttl(nginx.ttl.min(resolver.cache_ttl()).min(MAX_TTL));
     let grants = Arc::new(Grants::new(&config, endpoint));
     if let Some(path) = &nginx.grants_file {
-        match Journal::open(path, unix_now()) {
+        let unix = unix_now();
+        // A second more: a line outlives its grant by the second nginx may take to store it.
+        let latest = unix + MAX_TTL.as_secs() + SETTLE.as_secs();
+        match Journal::open(path, unix, latest) {
             Ok((journal, in_force)) => grants.keep_journal(journal, in_force),
             Err(e) => {
                 tracing::error!(
@@ -213,10 +222,12 @@ impl Grants {
             );
         }
         self.purges.owe(in_force.into_iter().map(|(key, until)| {
+            // The grants file clamps its lines; this never overflows, whatever it read.
+            let left = Duration::from_secs(until.saturating_sub(unix)).min(MAX_TTL + SETTLE);
             let owed = Owed {
                 at: now,
                 again: None,
-                until: now + Duration::from_secs(until.saturating_sub(unix)),
+                until: now.checked_add(left).unwrap_or(now),
             };
             (Arc::from(key), owed)
         }));
@@ -584,6 +595,36 @@ mod tests {
             recorded.ends_with(" Bearer t1\n"),
             "recorded before granting"
         );
+        cut.cancel();
+        let _ = std::fs::remove_file(&path);
+    }
+    #[tokio::test]
+    async fn a_far_future_end_in_the_grants_file_is_clamped_not_a_panic() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_, resolver, _) = grants(8);
+        let path = std::env::temp_dir().join(format!("grants-far-{}", std::process::id()));
+        let text = format!(
+            "{} Bearer max\n1000000000000000000 Bearer quintillion\n",
+            u64::MAX
+        );
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let cut = CancellationToken::new();
+        let nginx = NginxCache::new("http://127.0.0.1:9/purge")
+            .unwrap()
+            .grants_file(&path);
+        let grants = start(&nginx, &resolver, &cut).expect("grants");
+        let latest = Instant::now() + MAX_TTL + SETTLE;
+        let owed = grants.purges.owed.lock().unwrap();
+        assert_eq!(owed.len(), 2);
+        assert!(owed.values().all(|o| o.until <= latest));
+        drop(owed);
+        let kept = std::fs::read_to_string(&path).unwrap();
+        let latest_unix = unix_now() + MAX_TTL.as_secs() + SETTLE.as_secs();
+        for line in kept.lines() {
+            let until: u64 = line.split(' ').next().unwrap().parse().unwrap();
+            assert!(until <= latest_unix, "{line}");
+        }
         cut.cancel();
         let _ = std::fs::remove_file(&path);
     }
