@@ -6,8 +6,10 @@
 //! section 10: 401 with `WWW-Authenticate: Bearer error="invalid_token"`, 403, 503 with
 //! `Retry-After`.
 //!
-//! A 200 says `Cache-Control: no-store`, unless nginx may keep it (`nginx_cache`): then
-//! `X-Accel-Expires` says for how many seconds.
+//! A 200 says `X-Accel-Expires: 0` and `Cache-Control: no-store` (nginx keeps it by neither
+//! reading), unless nginx may keep it (`nginx_cache`): then `X-Accel-Expires` says for how many
+//! seconds. nginx may keep only an answer to the canonical `Authorization: Bearer <token>`:
+//! any other spelling of the header is answered the same, uncacheable.
 
 use std::sync::Arc;
 
@@ -67,9 +69,9 @@ pub(crate) async fn authorize(State(node): State<Arc<Node>>, headers: HeaderMap)
         Err(e) => return AuthRejection::from(e).into_response(),
     };
     let granted = grants.zip(ticket).and_then(|(grants, ticket)| {
-        let key = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+        let authorization = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
         let fingerprint = node.resolver.fingerprint(&endpoint, token)?;
-        grants.grant(ticket, key, fingerprint, &user)
+        grants.grant(ticket, authorization, token, fingerprint, &user)
     });
     let name = encoded_name(&user.name);
     let mut response = StatusCode::OK.into_response();
@@ -79,8 +81,15 @@ pub(crate) async fn authorize(State(node): State<Arc<Node>>, headers: HeaderMap)
         answer.insert(USER_NAME.clone(), name);
     }
     match granted {
-        Some(secs) => answer.insert(X_ACCEL_EXPIRES.clone(), HeaderValue::from(secs)),
-        None => answer.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
-    };
+        Some(secs) => {
+            answer.insert(X_ACCEL_EXPIRES.clone(), HeaderValue::from(secs));
+        }
+        None => {
+            // nginx reads X-Accel-Expires first (0: not cached), unless told to ignore it;
+            // Cache-Control then, and any other cache or proxy too.
+            answer.insert(X_ACCEL_EXPIRES.clone(), HeaderValue::from(0u64));
+            answer.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        }
+    }
     response
 }

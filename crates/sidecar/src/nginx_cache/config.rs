@@ -73,7 +73,9 @@ impl NginxCache {
     }
 
     /// Answers nginx may hold at once; past it, answers are sent uncacheable. Each costs the
-    /// length of its `Authorization` header and about 200 bytes here. Default: 65,536.
+    /// length of its `Authorization` header and about 200 bytes here. Default: 65,536. Within
+    /// it, nginx keeps one answer per token (the canonical `Bearer <token>` alone) and 64 per
+    /// user at most.
     #[must_use]
     pub fn max_entries(mut self, max_entries: usize) -> NginxCache {
         self.max_entries = max_entries;

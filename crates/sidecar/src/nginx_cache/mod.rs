@@ -15,6 +15,13 @@
 //! table is full, when the answer is stale, for another integrator (`X-Auth-Url`), or when a
 //! revocation arrived while the token was being resolved.
 //!
+//! One token cannot fill nginx: only the canonical spelling of a token's header
+//! (`Bearer <token>`, one space, nothing else; [`is_canonical`]) is granted, so a token has one
+//! key in nginx however a client spells it (`bEaReR`, more spaces are answered, uncacheable), and
+//! a ban one purge per token. A token may hold [`MAX_GRANTS_PER_TOKEN`] grants and a user
+//! [`MAX_GRANTS_PER_USER`]; past those the answer is sent uncacheable. The table is indexed by
+//! token and by user, so a revocation finds what it names without looking at any other grant.
+//!
 //! The table holds raw `Authorization` values, as nginx's cache files do: they never leave
 //! this process except to nginx's purge location, in the `X-Token-Resolver-Purge` header.
 //! The table lives in this process. With a grants file (`journal`), each grant is recorded
@@ -26,7 +33,7 @@ mod config;
 mod journal;
 mod purger;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -48,6 +55,20 @@ const SETTLE: Duration = Duration::from_secs(1);
 /// reaching further than this (and [`SETTLE`]) from now was not written by a sidecar, and is
 /// clamped to it.
 const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// Grants one token may hold. A token has one canonical key, for the one authUrl granted: this
+/// bounds what any other key for it could add.
+const MAX_GRANTS_PER_TOKEN: usize = 4;
+/// Grants one user may hold (one per token: tokens from as many logins).
+const MAX_GRANTS_PER_USER: usize = 64;
+
+/// Whether `authorization`, a request's `Authorization` header, is the canonical spelling of
+/// the bearer `token` taken from it: `Bearer`, one space, the token, nothing else (and the token
+/// without blanks). Only such a header is granted: nginx keys its cache by the header as sent.
+pub(crate) fn is_canonical(authorization: &str, token: &str) -> bool {
+    !token.is_empty()
+        && token.bytes().all(|b| b.is_ascii_graphic())
+        && authorization.strip_prefix("Bearer ") == Some(token)
+}
 
 /// The grants of `nginx` for `resolver`'s default authUrl, following its revocations and
 /// purging until `cut`, with a purge owed for each grant of a previous process still in force
@@ -123,11 +144,17 @@ struct Grant {
 #[derive(Default)]
 struct Table {
     by_key: HashMap<Arc<str>, Grant>,
-    by_token: HashMap<TokenFingerprint, Vec<Arc<str>>>,
-    by_user: HashMap<i64, Vec<Arc<str>>>,
+    /// The keys of each token's grants: what a token's revocation takes, without a scan.
+    by_token: HashMap<TokenFingerprint, HashSet<Arc<str>>>,
+    /// The keys of each user's grants: what a ban or a logout takes, without a scan.
+    by_user: HashMap<i64, HashSet<Arc<str>>>,
     expiry: VecDeque<(Instant, Arc<str>)>,
     /// Where each grant is recorded first, when there is a grants file.
     journal: Option<Journal>,
+    /// Grants and index entries looked at so far, for the tests that pin a revocation's work
+    /// to what it names.
+    #[cfg(test)]
+    looked_at: usize,
 }
 
 /// A ticket taken before a resolve: [`Grants::grant`] refuses it if a revocation came since.
@@ -152,9 +179,26 @@ impl Grants {
         Ticket(self.epoch.load(Ordering::Acquire))
     }
 
-    /// Lets nginx keep `user`, resolved for `key` (the `Authorization` header) at the default
-    /// endpoint, for the seconds returned; `None`: it must not keep it.
+    /// Lets nginx keep `user`, resolved for `token` at the default endpoint and asked for with
+    /// `authorization` (the header, nginx's cache key), for the seconds returned; `None`: it
+    /// must not keep it (among other reasons: the header is not the canonical spelling of the
+    /// token, or the token or the user holds all the grants it may).
     pub(crate) fn grant(
+        &self,
+        ticket: Ticket,
+        authorization: &str,
+        token: &str,
+        fingerprint: TokenFingerprint,
+        user: &User,
+    ) -> Option<u64> {
+        if !is_canonical(authorization, token) {
+            return None;
+        }
+        self.keep(ticket, authorization, fingerprint, user)
+    }
+
+    /// [`grant`](Self::grant) once `key` is known to be canonical.
+    fn keep(
         &self,
         ticket: Ticket,
         key: &str,
@@ -181,8 +225,16 @@ impl Grants {
         table.forget_expired(now);
         let key: Arc<str> = Arc::from(key);
         // A grant refused keeps the one it would have replaced: nginx may still hold that.
-        let replaces = table.by_key.contains_key(&key);
-        if !replaces && table.by_key.len() >= self.max_entries {
+        let replaced = table.by_key.get(&key);
+        if replaced.is_none() && table.by_key.len() >= self.max_entries {
+            return None;
+        }
+        // The grant replaced counts against its token and its user no more.
+        let of_token = usize::from(replaced.is_some_and(|g| g.fingerprint == fingerprint));
+        let of_user = usize::from(replaced.is_some_and(|g| g.user_id == user.id));
+        let tokens = table.by_token.get(&fingerprint).map_or(0, HashSet::len);
+        let users = table.by_user.get(&user.id).map_or(0, HashSet::len);
+        if tokens - of_token >= MAX_GRANTS_PER_TOKEN || users - of_user >= MAX_GRANTS_PER_USER {
             return None;
         }
         if let Some(journal) = &mut table.journal {
@@ -323,11 +375,11 @@ impl Table {
         self.by_token
             .entry(grant.fingerprint.clone())
             .or_default()
-            .push(key.clone());
+            .insert(key.clone());
         self.by_user
             .entry(grant.user_id)
             .or_default()
-            .push(key.clone());
+            .insert(key.clone());
         self.expiry.push_back((grant.until, key.clone()));
         self.by_key.insert(key, grant);
     }
@@ -337,18 +389,33 @@ impl Table {
         let (key, grant) = self.by_key.remove_entry(key)?;
         unlist(&mut self.by_token, &grant.fingerprint, &key);
         unlist(&mut self.by_user, &grant.user_id, &key);
+        #[cfg(test)]
+        {
+            self.looked_at += 3;
+        }
         Some((key, grant))
     }
 
+    /// Takes the grants of `token`: the work is in their number alone.
     fn take_token(&mut self, token: &TokenFingerprint) -> Vec<(Arc<str>, Grant)> {
-        let keys = self.by_token.get(token).cloned().unwrap_or_default();
+        let keys = self.by_token.remove(token).unwrap_or_default();
         keys.iter().filter_map(|k| self.remove(k)).collect()
     }
 
+    /// Takes the grants of `user_id` that `pick` picks: the work is in the user's number alone.
     fn take_user(&mut self, user_id: i64, pick: impl Fn(&Grant) -> bool) -> Vec<(Arc<str>, Grant)> {
-        let mut keys = self.by_user.get(&user_id).cloned().unwrap_or_default();
-        keys.retain(|k| self.by_key.get(k).is_some_and(&pick));
-        keys.iter().filter_map(|k| self.remove(k)).collect()
+        let Some(keys) = self.by_user.get(&user_id) else {
+            return Vec::new();
+        };
+        let picked: Vec<Arc<str>> = (keys.iter())
+            .filter(|k| self.by_key.get(&***k).is_some_and(&pick))
+            .cloned()
+            .collect();
+        #[cfg(test)]
+        {
+            self.looked_at += self.by_user.get(&user_id).map_or(0, HashSet::len);
+        }
+        picked.iter().filter_map(|k| self.remove(k)).collect()
     }
 
     fn take_all(&mut self) -> Vec<(Arc<str>, Grant)> {
@@ -381,10 +448,11 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Takes `key` out of `index[at]`, and the entry when it is left empty.
-fn unlist<K: std::hash::Hash + Eq>(index: &mut HashMap<K, Vec<Arc<str>>>, at: &K, key: &Arc<str>) {
+/// Takes `key` out of `index[at]`, and the entry when it is left empty: one lookup, whatever
+/// else the entry holds.
+fn unlist<K: std::hash::Hash + Eq>(index: &mut HashMap<K, HashSet<Arc<str>>>, at: &K, key: &str) {
     if let Some(keys) = index.get_mut(at) {
-        keys.retain(|k| !Arc::ptr_eq(k, key));
+        keys.remove(key);
         if keys.is_empty() {
             index.remove(at);
         }
@@ -435,6 +503,7 @@ mod tests {
         grants.grant(
             grants.ticket(),
             &format!("Bearer {token}"),
+            token,
             fingerprint,
             user,
         )
@@ -529,7 +598,7 @@ mod tests {
         });
         let fingerprint = resolver.fingerprint(AUTH_URL, "t1").unwrap();
         assert_eq!(
-            grants.grant(ticket, "Bearer t1", fingerprint, &user(1, None)),
+            grants.grant(ticket, "Bearer t1", "t1", fingerprint, &user(1, None)),
             None
         );
         assert_eq!(grant(&grants, &resolver, "t1", &user(1, None)), Some(60));
@@ -598,6 +667,114 @@ mod tests {
         cut.cancel();
         let _ = std::fs::remove_file(&path);
     }
+
+    #[test]
+    fn only_the_canonical_spelling_of_a_token_is_granted() {
+        let (grants, resolver, _) = grants(1024);
+        let fingerprint = resolver.fingerprint(AUTH_URL, "t1").unwrap();
+        for spelling in [
+            "bearer t1",
+            "BEARER t1",
+            "bEaReR t1",
+            "Bearer  t1",
+            "Bearer \tt1",
+            "Bearer\tt1",
+            " Bearer t1",
+            "Bearer t1 ",
+            "Bearer t1, Bearer t1",
+        ] {
+            let token = spelling.trim().rsplit([' ', '\t']).next().unwrap();
+            let granted = grants.grant(
+                grants.ticket(),
+                spelling,
+                token,
+                fingerprint.clone(),
+                &user(1, None),
+            );
+            assert_eq!(granted, None, "{spelling:?}");
+        }
+        assert_eq!(grants.len(), 0);
+        assert_eq!(grant(&grants, &resolver, "t1", &user(1, None)), Some(60));
+        assert!(!is_canonical("Bearer ", ""));
+        assert!(!is_canonical("Bearer a b", "a b"));
+        assert!(is_canonical("Bearer a.b-c_d~e+f/g=", "a.b-c_d~e+f/g="));
+    }
+
+    #[test]
+    fn a_token_and_a_user_hold_a_bounded_number_of_grants() {
+        let (of_token, resolver, _) = grants(100_000);
+        // Keys for one token beyond its canonical one, as no header now makes.
+        let fingerprint = resolver.fingerprint(AUTH_URL, "t").unwrap();
+        let keep =
+            |key: &str| of_token.keep(of_token.ticket(), key, fingerprint.clone(), &user(1, None));
+        for i in 0..MAX_GRANTS_PER_TOKEN {
+            assert_eq!(keep(&format!("Bearer{} t", " ".repeat(i + 1))), Some(60));
+        }
+        assert_eq!(keep("Bearer      t"), None, "past the token's cap");
+        assert_eq!(keep("Bearer  t"), Some(60), "a key granted anew is no more");
+        assert_eq!(of_token.len(), MAX_GRANTS_PER_TOKEN);
+
+        let (grants, resolver, endpoint) = grants(100_000);
+        for i in 0..MAX_GRANTS_PER_USER {
+            let token = format!("u7-{i}");
+            assert_eq!(grant(&grants, &resolver, &token, &user(7, None)), Some(60));
+        }
+        assert_eq!(
+            grant(&grants, &resolver, "u7-more", &user(7, None)),
+            None,
+            "past the user's cap"
+        );
+        assert_eq!(grant(&grants, &resolver, "u7-0", &user(7, None)), Some(60));
+        assert_eq!(grant(&grants, &resolver, "u8", &user(8, None)), Some(60));
+        grants.revoke(&Revocation::User {
+            endpoint,
+            user_id: 7,
+        });
+        assert_eq!(
+            owed(&grants).len(),
+            MAX_GRANTS_PER_USER,
+            "a ban: one purge a grant"
+        );
+        assert_eq!(
+            grant(&grants, &resolver, "u7-more", &user(7, None)),
+            Some(60)
+        );
+    }
+
+    #[test]
+    fn a_revocation_looks_at_the_grants_it_names_and_no_other() {
+        let (grants, resolver, endpoint) = grants(100_000);
+        let others = 10_000;
+        for id in 0..others {
+            let token = format!("other-{id}");
+            grant(&grants, &resolver, &token, &user(1000 + id, None)).unwrap();
+        }
+        grant(&grants, &resolver, "t1", &user(1, Some("phone"))).unwrap();
+        grant(&grants, &resolver, "t2", &user(1, Some("laptop"))).unwrap();
+        grant(&grants, &resolver, "t3", &user(2, None)).unwrap();
+        let before = grants.table.lock().unwrap().looked_at;
+        grants.revoke(&Revocation::Session {
+            endpoint: endpoint.clone(),
+            user_id: 1,
+            session: "phone".into(),
+        });
+        grants.revoke(&Revocation::User {
+            endpoint: endpoint.clone(),
+            user_id: 1,
+        });
+        grants.revoke(&Revocation::Token {
+            endpoint,
+            token: resolver.fingerprint(AUTH_URL, "t3").unwrap(),
+        });
+        let work = grants.table.lock().unwrap().looked_at - before;
+        assert_eq!(owed(&grants), ["Bearer t1", "Bearer t2", "Bearer t3"]);
+        assert!(
+            work <= 20,
+            "{work} grants or index entries looked at for 3 grants"
+        );
+        assert_eq!(grants.len(), usize::try_from(others).unwrap());
+    }
+
     #[tokio::test]
     async fn a_far_future_end_in_the_grants_file_is_clamped_not_a_panic() {
         use std::os::unix::fs::PermissionsExt;
