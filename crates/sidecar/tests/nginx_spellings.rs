@@ -2,7 +2,7 @@
 //! `Authorization` header, and the sidecar lets it keep only the canonical spelling
 //! (`Bearer <token>`). Every other spelling of the same token (`bEaReR`, more spaces) is
 //! answered as before, uncacheable, so that nginx holds one entry for the token, and a ban has
-//! one answer to take back. Real nginx (with its purge module) in front of a small API, a real
+//! one answer to take back (the purges pass through a counter on their way to nginx). Real nginx (with its purge module) in front of a small API, a real
 //! sidecar at the reference API; skipped with a note without nginx, a failure under CI.
 
 mod common;
@@ -11,14 +11,17 @@ use token_resolver_support as support;
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
 use axum::Router;
 use common::Parties;
 use support::redis::free_port;
-use support::{serve_app, Nginx};
-use token_resolver_sidecar::{NginxCache, SidecarConfig};
+use support::{serve_app, Nginx, ServedApp};
+use token_resolver_sidecar::{NginxCache, SidecarConfig, PURGE_HEADER};
 
 /// The spellings of `Bearer <token>` the sidecar accepts: every case of the scheme's name, one
 /// to three spaces; the canonical one first.
@@ -44,6 +47,33 @@ fn spellings(token: &str) -> Vec<String> {
         }
     }
     all
+}
+
+/// A purge location that counts the purges it is sent and passes each on to nginx's at `purge`,
+/// answering what nginx answered.
+async fn counting_purges(purge: SocketAddr) -> (ServedApp, Arc<AtomicUsize>) {
+    let sent = Arc::new(AtomicUsize::new(0));
+    let counted = sent.clone();
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let app = serve_app(Router::new().route(
+        "/purge",
+        get(move |headers: HeaderMap| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            let (client, key) = (client.clone(), headers.get(PURGE_HEADER).cloned());
+            async move {
+                let mut purge = client.get(format!("http://{purge}/purge"));
+                if let Some(key) = key {
+                    purge = purge.header(PURGE_HEADER, key);
+                }
+                match purge.send().await {
+                    Ok(answer) => StatusCode::from_u16(answer.status().as_u16()).unwrap(),
+                    Err(_) => StatusCode::BAD_GATEWAY,
+                }
+            }
+        }),
+    ))
+    .await;
+    (app, sent)
 }
 
 /// GET `url` with `authorization` as it is: the status, and whether nginx's cache answered.
@@ -86,8 +116,9 @@ async fn nginx_keeps_one_answer_per_token_whatever_its_spellings_and_a_ban_takes
         return;
     }
     let purge = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let (counter, purges) = counting_purges(purge).await;
     let config = SidecarConfig {
-        nginx_cache: Some(NginxCache::new(&format!("http://{purge}/purge")).unwrap()),
+        nginx_cache: Some(NginxCache::new(&counter.url("/purge")).unwrap()),
         ..SidecarConfig::default()
     };
     let parties = Parties::start(config, token_resolver_reference_api::demo_users()).await;
@@ -142,4 +173,8 @@ async fn nginx_keeps_one_answer_per_token_whatever_its_spellings_and_a_ban_takes
             "spelling {i} was admitted after the ban: {status}, hit {hit}"
         );
     }
+    // The one grant, purged at once and again once settled (a second after it was granted).
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let purged = purges.load(Ordering::Relaxed);
+    assert!((1..=2).contains(&purged), "{purged} purges for one token");
 }
