@@ -6,9 +6,10 @@
 //! - `sessions`: the named sessions, each watched by a task of its own (revocations, token
 //!   expiry, re-checks), through the game server's live-session registry; `DELETE
 //!   /v1/sessions/{id}`.
-//! - `events`: what happens to named sessions (`revoked`, `reauth_required`), kept in a bounded
-//!   journal and pushed on `GET /v1/events` as Server-Sent Events; a stream that comes back
-//!   with `Last-Event-ID` is sent what it missed.
+//! - `events`: what happens to named sessions (`revoked`, `reauth_required`, `resync`), kept
+//!   in a bounded journal and pushed on `GET /v1/events` as Server-Sent Events; ids carry the
+//!   process's epoch, and a stream that comes back with `Last-Event-ID` is sent what it
+//!   missed, after `resync` when it cannot be shown to have missed nothing.
 //! - `authorize`: `GET|POST /v1/authorize`, forward-auth for nginx `auth_request`, Traefik
 //!   `forwardAuth` and Envoy's HTTP ext_authz.
 //! - `nginx_cache`: with [`NginxCache`], nginx keeps `/v1/authorize` answers in its own cache
@@ -56,7 +57,9 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+pub use self::events::EVENTS_DELIVERED_TOTAL;
 pub use self::nginx_cache::{NginxCache, PurgeUrlError, PURGES_TOTAL, PURGE_HEADER};
+pub use self::sessions::SESSIONS_RECLAIMED_TOTAL;
 
 use self::events::Events;
 use self::nginx_cache::Grants;
@@ -101,6 +104,16 @@ pub struct SidecarConfig {
     /// How long a session whose re-check cannot get an answer stays live; then it is
     /// `revoked` with the reason. Default: `None`, as long as the outage lasts.
     pub unverified_grace: Option<Duration>,
+    /// Longest a session goes without its tokens being resolved again (through the cache)
+    /// when they do not expire before: a token with no `exp`, or one far ahead, is checked at
+    /// least this often, and the session `revoked` if it fell. Default: 5 min.
+    pub max_unchecked: Duration,
+    /// How long the sessions are kept while no stream reads `GET /v1/events`: then they are
+    /// forgotten (as `DELETE /v1/sessions/{id}` would), counted in
+    /// [`SESSIONS_RECLAIMED_TOTAL`], and `resync` is journaled for a game server that comes
+    /// back with an older id. Reclaims the sessions of a game server that crashed. `None`:
+    /// kept until their tokens expire. Default: 5 min.
+    pub reclaim_after: Option<Duration>,
     /// Events the journal keeps for streams that come back. Default: 16,384.
     pub journal: usize,
     /// Events a stream may fall behind by before it is dropped (it comes back with
@@ -123,6 +136,8 @@ impl Default for SidecarConfig {
             revalidate: None,
             recheck_rate: 200,
             unverified_grace: None,
+            max_unchecked: Duration::from_secs(300),
+            reclaim_after: Some(Duration::from_secs(300)),
             journal: 16_384,
             stream_buffer: 1_024,
             nginx_cache: None,
@@ -204,6 +219,9 @@ impl Sidecar {
             node.cut.clone(),
             Arc::downgrade(&node.registry),
         ));
+        if let Some(after) = node.config.reclaim_after {
+            tokio::spawn(sessions::reclaim(Arc::downgrade(&node), after));
+        }
         Sidecar { node }
     }
 

@@ -9,12 +9,22 @@
 //! kept as it was. A session whose token was revoked while it was being resolved is not kept.
 //! The sessions are bounded ([`MAX_SESSIONS`]); `DELETE /v1/sessions/{id}` forgets one, with no
 //! event.
+//!
+//! Nothing keeps a session unchecked for long: one whose tokens do not expire within
+//! [`max_unchecked`](crate::SidecarConfig::max_unchecked) (no `exp`, or one far ahead) has
+//! them resolved again (through the cache) at least that often. And the sessions of a game
+//! server that crashed are reclaimed: while no stream reads `GET /v1/events` for
+//! [`reclaim_after`](crate::SidecarConfig::reclaim_after), every session kept that long is
+//! forgotten, counted in [`SESSIONS_RECLAIMED_TOTAL`], and `resync` journaled, so that a game
+//! server coming back with an id from before resolves again the players it still holds. (A
+//! game server that restarts sooner leaves its former sessions to end with their tokens.)
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -33,6 +43,10 @@ use token_resolver_game_server::live::{
 
 /// Sessions kept at once, at most.
 pub(crate) const MAX_SESSIONS: usize = 100_000;
+
+/// Sessions forgotten because no stream read `GET /v1/events` for
+/// [`reclaim_after`](crate::SidecarConfig::reclaim_after).
+pub const SESSIONS_RECLAIMED_TOTAL: &str = "sidecar_sessions_reclaimed_total";
 
 /// The sessions kept, by the game server's id.
 #[derive(Debug, Default)]
@@ -59,6 +73,8 @@ struct Entry {
     update: watch::Sender<Holdings>,
     /// Fired when the game server forgets it.
     forget: CancellationToken,
+    /// When it was first kept.
+    kept_at: tokio::time::Instant,
 }
 
 /// What [`keep`] did.
@@ -161,6 +177,7 @@ pub(crate) fn keep(
             recheck: levers.recheck.clone(),
             update,
             forget: forget.clone(),
+            kept_at: tokio::time::Instant::now(),
         },
     );
     tokio::spawn(watch_session(
@@ -172,6 +189,63 @@ pub(crate) fn keep(
         forget,
     ));
     Ok(Kept::New)
+}
+
+/// Forgets every session kept since `cutoff` or before, as `DELETE /v1/sessions/{id}` would:
+/// how many there were.
+fn forget_kept_by(node: &Node, cutoff: tokio::time::Instant) -> usize {
+    let mut forgotten = 0;
+    node.sessions.lock().retain(|_, entry| {
+        if entry.kept_at > cutoff {
+            return true;
+        }
+        node.registry.remove(entry.connection);
+        entry.forget.cancel();
+        forgotten += 1;
+        false
+    });
+    forgotten
+}
+
+/// Reclaims the sessions of game servers that no longer read: whenever no stream has read
+/// `GET /v1/events` for `after`, forgets every session kept at least `after` ago and journals
+/// `resync` (a session kept later goes on the next round: within twice `after`). Ends with the
+/// sidecar.
+pub(crate) async fn reclaim(node: Weak<Node>, after: Duration) {
+    let (mut readers, cut) = match node.upgrade() {
+        Some(node) => (node.events.readers(), node.cut.clone()),
+        None => return,
+    };
+    loop {
+        tokio::select! {
+            () = cut.cancelled() => return,
+            none = readers.wait_for(|open| *open == 0) => if none.is_err() { return },
+        }
+        tokio::select! {
+            () = cut.cancelled() => return,
+            () = tokio::time::sleep(after) => {}
+            some = readers.wait_for(|open| *open > 0) => {
+                if some.is_err() {
+                    return;
+                }
+                continue;
+            }
+        }
+        let Some(node) = node.upgrade() else {
+            return;
+        };
+        let cutoff = tokio::time::Instant::now().checked_sub(after);
+        let reclaimed = cutoff.map_or(0, |cutoff| forget_kept_by(&node, cutoff));
+        if reclaimed > 0 {
+            metrics::counter!(SESSIONS_RECLAIMED_TOTAL).increment(reclaimed as u64);
+            tracing::warn!(
+                reclaimed,
+                after_ms = after.as_millis() as u64,
+                "no game server read the events: its sessions are forgotten"
+            );
+            node.events.publish("resync", json!({}));
+        }
+    }
 }
 
 /// `DELETE /v1/sessions/{id}`: forgets the session (204 whether or not it was kept).
@@ -199,6 +273,19 @@ fn check<'a>(node: &'a Node, holdings: &Holdings) -> Check<'a> {
     })
 }
 
+/// When `holdings`, resolved or checked just now, must be checked again: in
+/// [`max_unchecked`](crate::SidecarConfig::max_unchecked), unless they expire before (then
+/// their expiry asks for a refresh, which is a resolve).
+fn next_check(node: &Node, holdings: &Holdings) -> Option<tokio::time::Instant> {
+    let bound = node.config.max_unchecked;
+    let expires_in =
+        (holdings.earliest_expiry()).map(|exp| exp.remaining(node.resolver.clock_skew()));
+    if expires_in.is_some_and(|left| left <= bound) {
+        return None;
+    }
+    tokio::time::Instant::now().checked_add(bound)
+}
+
 /// Watches one session until it ends: `revoked` (with its reason) when it ends for anything but
 /// the game server forgetting it or the sidecar stopping; `reauth_required` when its token
 /// expires.
@@ -218,6 +305,7 @@ async fn watch_session(
     );
     timers.rearm(&holdings.borrow());
     let mut checking: Option<Check<'_>> = None;
+    let mut unchecked_until = next_check(&node, &holdings.borrow());
     let reason = loop {
         let next = timers.next();
         tokio::select! {
@@ -233,6 +321,9 @@ async fn watch_session(
                 timers.rearm(&now);
                 if checking.is_some() {
                     checking = Some(check(&node, &now));
+                } else {
+                    // A refresh was resolved just now.
+                    unchecked_until = next_check(&node, &now);
                 }
             }
             () = levers.recheck.notified() => {
@@ -241,10 +332,14 @@ async fn watch_session(
             standing = async { checking.as_mut().expect("checking").await }, if checking.is_some() => {
                 checking = None;
                 match standing {
-                    Standing::Stands => {}
+                    Standing::Stands => unchecked_until = next_check(&node, &holdings.borrow()),
                     Standing::Falls => break Some("revoked"),
                     Standing::Unknown(code) => break Some(code.as_str()),
                 }
+            }
+            () = sleep_until(unchecked_until), if unchecked_until.is_some() && checking.is_none() => {
+                unchecked_until = None;
+                checking = Some(check(&node, &holdings.borrow()));
             }
             () = sleep_until(next), if next.is_some() => match timers.due() {
                 Some(Due::Reauth(within)) => node.events.publish(

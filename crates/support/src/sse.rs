@@ -8,8 +8,8 @@ use serde_json::Value;
 /// One event: its id, its name, its data as JSON.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SseEvent {
-    /// The `id:` field (0 when absent).
-    pub id: u64,
+    /// The `id:` field (empty when absent): the sidecar's is `<epoch>-<n>`.
+    pub id: String,
     /// The `event:` field.
     pub event: String,
     /// The `data:` field, parsed.
@@ -48,7 +48,7 @@ impl SseReader {
                     continue;
                 };
                 return Some(SseEvent {
-                    id: field("id:").and_then(|i| i.parse().ok()).unwrap_or(0),
+                    id: field("id:").unwrap_or_default(),
                     event: field("event:").unwrap_or_default(),
                     data,
                 });

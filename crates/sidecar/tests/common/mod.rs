@@ -6,6 +6,7 @@
 
 use token_resolver_support as support;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -34,22 +35,8 @@ impl Parties {
         // is chosen first.
         let api_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let base = format!("http://{api_addr}");
-        let resolver = Resolver::builder()
-            .default_auth_url(&base)
-            .clock_skew(Duration::ZERO)
-            .build()
-            .unwrap();
-        let sidecar = Sidecar::new(resolver, config);
-        let admin = spawn_admin(
-            "127.0.0.1:0".parse().unwrap(),
-            sidecar.admin_node(),
-            AdminConfig {
-                revoke_secret: Some(AdminSecret::new(SECRET).unwrap()),
-                ..AdminConfig::default()
-            },
-        )
-        .await
-        .unwrap();
+        let sidecar = Self::sidecar(&base, config);
+        let admin = Self::admin(&sidecar, "127.0.0.1:0".parse().unwrap()).await;
         let api = token_resolver_reference_api::ReferenceApi::new(ApiConfig {
             users,
             notify: vec![format!("http://{}", admin.local_addr())],
@@ -66,6 +53,56 @@ impl Parties {
             sidecar,
             _admin: admin,
             http: reqwest::Client::new(),
+        }
+    }
+
+    /// A sidecar resolving at `base`.
+    fn sidecar(base: &str, config: SidecarConfig) -> Sidecar {
+        let resolver = Resolver::builder()
+            .default_auth_url(base)
+            .clock_skew(Duration::ZERO)
+            .build()
+            .unwrap();
+        Sidecar::new(resolver, config)
+    }
+
+    /// `sidecar`'s admin listener on `addr`.
+    async fn admin(sidecar: &Sidecar, addr: SocketAddr) -> RunningAdmin {
+        let config = AdminConfig {
+            revoke_secret: Some(AdminSecret::new(SECRET).unwrap()),
+            ..AdminConfig::default()
+        };
+        spawn_admin(addr, sidecar.admin_node(), config)
+            .await
+            .unwrap()
+    }
+
+    /// Stops the sidecar and its admin listener (its streams end, its sessions are lost, as
+    /// when its process dies), runs `meanwhile`, then starts a new sidecar with `config` on the
+    /// same ports.
+    pub async fn restart(
+        self,
+        config: SidecarConfig,
+        meanwhile: impl Future<Output = ()>,
+    ) -> Parties {
+        let Parties {
+            api,
+            sidecar,
+            _admin: admin,
+            http,
+        } = self;
+        let (addr, admin_addr) = (sidecar.local_addr(), admin.local_addr());
+        sidecar.shutdown().await;
+        admin.shutdown().await;
+        meanwhile.await;
+        let fresh = Self::sidecar(&api.base_url(), config);
+        let admin = Self::admin(&fresh, admin_addr).await;
+        let sidecar = fresh.spawn(addr).await.unwrap();
+        Parties {
+            api,
+            sidecar,
+            _admin: admin,
+            http,
         }
     }
 
@@ -97,10 +134,10 @@ impl Parties {
     }
 
     /// Opens `GET /v1/events`, with `Last-Event-ID` when given.
-    pub async fn events(&self, last_id: Option<u64>) -> Events {
+    pub async fn events(&self, last_id: Option<&str>) -> Events {
         let mut request = self.http.get(self.url("/v1/events"));
         if let Some(id) = last_id {
-            request = request.header("last-event-id", id.to_string());
+            request = request.header("last-event-id", id);
         }
         let response = request.send().await.unwrap();
         assert_eq!(response.status(), 200);
@@ -110,16 +147,20 @@ impl Parties {
 
     /// Bans `user_id` at the reference API, which tells the sidecar.
     pub async fn ban(&self, user_id: i64) {
-        let api = ApiCalls::new(&self.api.base_url());
-        let answer = api
-            .admin(
-                "ban",
-                Some(&format!("Bearer {SECRET}")),
-                &json!({"user_id": user_id}).to_string(),
-            )
-            .await;
-        assert_eq!(answer.status(), 200);
+        ban_at(&self.api.base_url(), user_id).await;
     }
+}
+
+/// Bans `user_id` at the reference API at `base`.
+pub async fn ban_at(base: &str, user_id: i64) {
+    let answer = ApiCalls::new(base)
+        .admin(
+            "ban",
+            Some(&format!("Bearer {SECRET}")),
+            &json!({"user_id": user_id}).to_string(),
+        )
+        .await;
+    assert_eq!(answer.status(), 200);
 }
 
 /// The sidecar's event stream, as a test reads it.
@@ -132,5 +173,13 @@ impl Events {
             .await
             .expect("an event within 5 s")
             .expect("the stream is open")
+    }
+
+    /// The next event within `within`, if one comes.
+    pub async fn within(&mut self, within: Duration) -> Option<SseEvent> {
+        tokio::time::timeout(within, self.0.next())
+            .await
+            .ok()
+            .flatten()
     }
 }

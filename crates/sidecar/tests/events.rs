@@ -1,0 +1,196 @@
+//! The sidecar's event stream across a restart and without a reader, over real HTTP on
+//! loopback in front of the reference API: a stream that cannot prove it missed nothing is told
+//! to `resync`; the sessions of a game server that no longer reads are reclaimed; a session
+//! whose token has no `exp` is still checked again.
+
+use token_resolver_support as support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+mod common;
+
+use common::Parties;
+use serde_json::json;
+use support::{respond, user_answer, Scripted};
+use token_resolver::Resolver;
+use token_resolver_sidecar::{Sidecar, SidecarConfig};
+
+/// The number after the epoch in an event id.
+fn n(id: &str) -> u64 {
+    id.rsplit_once('-').unwrap().1.parse().unwrap()
+}
+
+/// The epoch an event id begins with.
+fn epoch(id: &str) -> &str {
+    id.split_once('-').unwrap().0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_started_again_on_the_same_port_tells_a_stream_from_before_to_resync() {
+    let parties = Parties::start(
+        SidecarConfig::default(),
+        token_resolver_reference_api::demo_users(),
+    )
+    .await;
+    let mut events = parties.events(None).await;
+    let bob = parties.token("bob").await;
+    parties
+        .resolve(json!({"access_token": bob, "session": "b"}))
+        .await;
+    parties.ban(2).await;
+    let before = events.next().await;
+    assert_eq!(before.data["session"], "b");
+    drop(events);
+
+    let parties = parties.restart(SidecarConfig::default(), async {}).await;
+    // The new process's own events: one a stream took, one it missed.
+    let mut current = parties.events(None).await;
+    for (user, session) in [("alice", "a"), ("carol", "c")] {
+        let token = parties.token(user).await;
+        let (status, _) = parties
+            .resolve(json!({"access_token": token, "session": session}))
+            .await;
+        assert_eq!(status, 200);
+    }
+    parties.ban(1).await;
+    let taken = current.next().await;
+    assert_eq!(taken.data["session"], "a");
+    assert_ne!(epoch(&taken.id), epoch(&before.id), "another process");
+    drop(current);
+    parties.ban(3).await;
+    support::eventually("carol's session ended", || {
+        parties.sidecar.sidecar().sessions() == 0
+    })
+    .await;
+
+    // From the previous process: resync first, then all the journal holds.
+    let mut stale = parties.events(Some(&before.id)).await;
+    let first = stale.next().await;
+    assert_eq!(
+        (first.event.as_str(), &first.data),
+        ("resync", &json!({"type": "resync"}))
+    );
+    assert_eq!(stale.next().await.data["session"], "a");
+    assert_eq!(stale.next().await.data["session"], "c");
+
+    // Ahead of the journal, or unreadable: resync first.
+    let ahead = format!("{}-{}", epoch(&taken.id), n(&taken.id) + 100);
+    for id in [ahead.as_str(), "42", "not an id"] {
+        let mut odd = parties.events(Some(id)).await;
+        assert_eq!(odd.next().await.event, "resync", "{id}");
+    }
+
+    // A current id: what it missed, and no resync.
+    let mut back = parties.events(Some(&taken.id)).await;
+    let missed = back.next().await;
+    assert_eq!(
+        (missed.event.as_str(), &missed.data["session"]),
+        ("revoked", &json!("c"))
+    );
+    assert!(n(&missed.id) > n(&taken.id));
+    assert!(back.within(Duration::from_millis(200)).await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sessions_of_a_game_server_that_no_longer_reads_are_reclaimed() {
+    let config = SidecarConfig {
+        reclaim_after: Some(Duration::from_millis(400)),
+        ..SidecarConfig::default()
+    };
+    let parties = Parties::start(config, token_resolver_reference_api::demo_users()).await;
+    let mut events = parties.events(None).await;
+    for (user, session) in [("alice", "a"), ("bob", "b")] {
+        let token = parties.token(user).await;
+        parties
+            .resolve(json!({"access_token": token, "session": session}))
+            .await;
+    }
+    parties.ban(2).await;
+    let last = events.next().await;
+    assert_eq!(last.data["session"], "b");
+    // Read: kept, however long.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(parties.sidecar.sidecar().sessions(), 1, "a reader holds it");
+
+    // The game server is gone: no reader, no DELETE.
+    drop(events);
+    let gone = tokio::time::Instant::now();
+    support::eventually("alice's session is reclaimed", || {
+        parties.sidecar.sidecar().sessions() == 0
+    })
+    .await;
+    assert!(
+        gone.elapsed() >= Duration::from_millis(350),
+        "not before the bound"
+    );
+    // One that comes back with an id from before cannot trust what it holds.
+    let mut back = parties.events(Some(&last.id)).await;
+    let told = back.next().await;
+    assert_eq!(
+        (told.event.as_str(), &told.data),
+        ("resync", &json!({"type": "resync"}))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_token_has_no_exp_is_checked_again_and_ends_when_it_falls() {
+    let banned = Arc::new(AtomicBool::new(false));
+    let upstream = {
+        let banned = banned.clone();
+        Scripted::start(move |_, _| {
+            let banned = banned.load(Ordering::SeqCst);
+            async move {
+                if banned {
+                    respond(401, &[("www-authenticate", "Bearer")], b"")
+                } else {
+                    // No `exp`: nothing ends the session but a check.
+                    user_answer(7, "grace")
+                }
+            }
+        })
+        .await
+    };
+    let resolver = Resolver::builder()
+        .default_auth_url(upstream.url())
+        .cache_ttl(Duration::ZERO)
+        .build()
+        .unwrap();
+    let config = SidecarConfig {
+        max_unchecked: Duration::from_millis(300),
+        ..SidecarConfig::default()
+    };
+    let sidecar = Sidecar::new(resolver, config)
+        .spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let base = format!("http://{}", sidecar.local_addr());
+    let mut events =
+        support::SseReader::new(http.get(format!("{base}/v1/events")).send().await.unwrap());
+    let answer = http
+        .post(format!("{base}/v1/resolve"))
+        .json(&json!({"access_token": "never-expires", "session": "g"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let answer: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(answer["expires_at"], json!(null));
+    // Checked again, and still standing: no event.
+    support::eventually("a second check", || upstream.requests() >= 2).await;
+    banned.store(true, Ordering::SeqCst);
+    let revoked = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("revoked within the bound")
+        .expect("the stream is open");
+    assert_eq!(
+        (revoked.event.as_str(), &revoked.data),
+        (
+            "revoked",
+            &json!({"type": "revoked", "session": "g", "user_id": 7, "reason": "revoked"})
+        )
+    );
+    assert_eq!(sidecar.sidecar().sessions(), 0);
+}
