@@ -1,7 +1,9 @@
 //! `examples/node-game-server/server.js`, a game server in Node.js, end to end: it resolves its
 //! players through a real sidecar in front of the reference API, and closes a player's socket
-//! when a ban at the reference API reaches the sidecar as a `revoked` event. Needs `node`
-//! (Debian's `nodejs`): skipped with a note without it, a failure under CI, which installs it.
+//! when a ban at the reference API reaches the sidecar as a `revoked` event, or, after the
+//! sidecar restarted, when the `resync` it is sent makes it resolve its players again. Needs
+//! `node` (Debian's `nodejs`): skipped with a note without it, a failure under CI, which
+//! installs it.
 
 mod common;
 
@@ -130,5 +132,48 @@ async fn the_node_game_server_closes_a_banned_players_socket_and_keeps_the_other
     assert!(
         quiet.await.is_err(),
         "bob is still connected and told nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_sidecar_restart_the_node_game_server_resolves_its_players_again_and_closes_the_banned(
+) {
+    if !node_installed() {
+        return;
+    }
+    let parties = Parties::start(
+        SidecarConfig::default(),
+        token_resolver_reference_api::demo_users(),
+    )
+    .await;
+    let node = start_node(parties.sidecar.local_addr());
+    let (mut alice, _) = Player::connect(node.addr, &parties.token("alice").await).await;
+    let (mut bob, hello) = Player::connect(node.addr, &parties.token("bob").await).await;
+    assert_eq!(hello["user"]["id"], 2);
+    let (mut carol, _) = Player::connect(node.addr, &parties.token("carol").await).await;
+    // Carol's ban shows that the Node server reads the stream before the restart.
+    parties.ban(3).await;
+    let told = carol.read(Duration::from_secs(5)).await;
+    assert_eq!(told, Some(json!({"type": "revoked", "reason": "revoked"})));
+
+    // The sidecar dies; alice is banned while no sidecar watches her session; a new sidecar
+    // comes up on the same port, knowing nothing of the Node server's players.
+    let base = parties.api.base_url();
+    let parties = parties
+        .restart(SidecarConfig::default(), common::ban_at(&base, 1))
+        .await;
+    let bound = Duration::from_secs(10);
+    let told = alice.read(bound).await;
+    assert_eq!(told, Some(json!({"type": "revoked", "reason": "revoked"})));
+    assert_eq!(alice.read(Duration::from_secs(5)).await, None, "and closed");
+    let quiet = tokio::time::timeout(Duration::from_millis(300), bob.read(Duration::from_secs(1)));
+    assert!(
+        quiet.await.is_err(),
+        "bob is still connected and told nothing"
+    );
+    assert_eq!(
+        parties.sidecar.sidecar().sessions(),
+        1,
+        "bob's session is watched by the new sidecar"
     );
 }
