@@ -52,6 +52,13 @@ pub const SHARED_CACHE_CHANNEL_LOSSES_TOTAL: &str =
 /// the last one applied), so the local cache was emptied and sessions told to re-check.
 pub const SHARED_CACHE_RESYNCS_TOTAL: &str = "token_resolver_shared_cache_resyncs_total";
 
+/// Counter, label `what` (`value`: a value in Redis not sealed with the tier's secret;
+/// `replayed_value`: a sealed value under its token's tombstone or long past its sealed
+/// expiry, written back by someone; `message`: a revocation on the stream whose MAC is missing
+/// or wrong; `replayed_message`: an authentic one told again long after it was made): what a
+/// writer in Redis without the secret put there, ignored.
+pub const SHARED_FORGED_TOTAL: &str = "token_resolver_shared_forged_total";
+
 /// Gauge: resolutions waiting now for another resolution's upstream call of the same token
 /// (coalesced waiters).
 pub const COALESCED_WAITERS: &str = "token_resolver_coalesced_waiters";

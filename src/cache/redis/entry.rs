@@ -31,6 +31,17 @@ pub(super) enum SharedEntry {
 /// Hex digits of the MAC that seals each value: 128 bits.
 const SEAL_HEX: usize = 32;
 
+/// Why a value read from Redis is no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Unsealed {
+    /// Not sealed with this tier's secret under this key: forged, altered, moved from another
+    /// key (another generation's included), or not this crate's.
+    Forged,
+    /// Sealed, but its sealed expiry (unix ms) has passed: whatever Redis's TTL says, it
+    /// admits nobody (a value written back without an expiry, or a clock a little ahead).
+    Expired { expired_at_ms: u64 },
+}
+
 impl SharedEntry {
     pub(super) fn of(cached: &Cached) -> SharedEntry {
         match cached {
@@ -68,32 +79,100 @@ impl SharedEntry {
         }
     }
 
-    /// The value to store under `key`: the encoded answer behind a MAC of both.
-    pub(super) fn seal(&self, mac: &Hmac<Sha256>, key: &str) -> String {
-        let payload = self.encode();
-        format!("{}{payload}", seal_of(mac, key, payload.as_bytes()))
+    /// The value to store under `key` until `expires_at_ms` (unix ms): a MAC of the key, the
+    /// expiry and the encoded answer, then the expiry and the answer
+    /// (`<32 hex MAC><expiry ms>.<answer>`). The key names the generation, so a value is
+    /// sealed to the generation it was written in, too.
+    pub(super) fn seal(&self, mac: &Hmac<Sha256>, key: &str, expires_at_ms: u64) -> String {
+        let sealed = format!("{expires_at_ms}.{}", self.encode());
+        let mut tag = [0; SEAL_HEX];
+        hex_into(&seal_of(mac, key, sealed.as_bytes()), &mut tag);
+        let mut value = String::with_capacity(SEAL_HEX + sealed.len());
+        value.push_str(std::str::from_utf8(&tag).expect("hex digits"));
+        value.push_str(&sealed);
+        value
     }
 
-    /// The answer in `value`, read under `key`, if its MAC is this tier's; `Err(())` for a
-    /// value that is not (forged, altered, moved from another key, or not this crate's).
-    pub(super) fn open(mac: &Hmac<Sha256>, key: &str, value: &[u8]) -> Result<SharedEntry, ()> {
-        let (seal, payload) = value.split_at_checked(SEAL_HEX).ok_or(())?;
-        if seal != seal_of(mac, key, payload).as_bytes() {
-            return Err(());
+    /// The answer in `value`, read under `key` at `now_ms` (unix ms), with its sealed expiry,
+    /// if its MAC is this tier's (compared in constant time) and that expiry is still ahead.
+    ///
+    /// # Errors
+    ///
+    /// [`Unsealed`]: why it is no answer.
+    pub(super) fn open(
+        mac: &Hmac<Sha256>,
+        key: &str,
+        value: &[u8],
+        now_ms: u64,
+    ) -> Result<(SharedEntry, u64), Unsealed> {
+        let (seal, sealed) = value.split_at_checked(SEAL_HEX).ok_or(Unsealed::Forged)?;
+        let mut tag = [0; SEAL_HEX / 2];
+        unhex(seal, &mut tag).ok_or(Unsealed::Forged)?;
+        let mut check = mac.clone();
+        feed_seal(&mut check, key, sealed);
+        check
+            .verify_truncated_left(&tag)
+            .map_err(|_| Unsealed::Forged)?;
+        let dot = sealed
+            .iter()
+            .position(|&b| b == b'.')
+            .ok_or(Unsealed::Forged)?;
+        let expires_at_ms: u64 = std::str::from_utf8(&sealed[..dot])
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .ok_or(Unsealed::Forged)?;
+        if now_ms >= expires_at_ms {
+            return Err(Unsealed::Expired {
+                expired_at_ms: expires_at_ms,
+            });
         }
-        SharedEntry::decode(payload).ok_or(())
+        let entry = SharedEntry::decode(&sealed[dot + 1..]).ok_or(Unsealed::Forged)?;
+        Ok((entry, expires_at_ms))
     }
 }
 
-/// The MAC sealing `payload` under `key`, in hex. The `value` prefix keeps it apart from every
-/// digest of a name (those begin with an endpoint URL).
-fn seal_of(mac: &Hmac<Sha256>, key: &str, payload: &[u8]) -> String {
+/// The MAC sealing `sealed` (expiry and answer) under `key`, its first 16 bytes. The `value`
+/// prefix keeps it apart from every digest of a name (those begin with an endpoint URL).
+fn seal_of(mac: &Hmac<Sha256>, key: &str, sealed: &[u8]) -> [u8; SEAL_HEX / 2] {
     let mut mac = mac.clone();
+    feed_seal(&mut mac, key, sealed);
+    let full = mac.finalize().into_bytes();
+    full[..SEAL_HEX / 2]
+        .try_into()
+        .expect("a SHA-256 MAC has 32 bytes")
+}
+
+fn feed_seal(mac: &mut Hmac<Sha256>, key: &str, sealed: &[u8]) {
     mac.update(b"value\0");
     mac.update(key.as_bytes());
     mac.update(&[0]);
-    mac.update(payload);
-    hex(&mac.finalize().into_bytes()[..SEAL_HEX / 2])
+    mac.update(sealed);
+}
+
+const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// `bytes` in lowercase hex into `out` (twice as long).
+fn hex_into(bytes: &[u8], out: &mut [u8]) {
+    for (b, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 15)];
+    }
+}
+
+/// Lowercase hex `text` into `out` (half as long); `None` for anything else.
+pub(super) fn unhex(text: &[u8], out: &mut [u8]) -> Option<()> {
+    if text.len() != out.len() * 2 {
+        return None;
+    }
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    for (pair, b) in text.chunks_exact(2).zip(out.iter_mut()) {
+        *b = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(())
 }
 
 /// The hex HMAC naming (endpoint, token): the separator keeps `("ab", "c")` from `("a", "bc")`.
@@ -123,7 +202,6 @@ fn digest(mac: &Hmac<Sha256>, endpoint: &str, bytes: &[u8]) -> [u8; 32] {
 }
 
 pub(super) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     bytes
         .iter()
         .flat_map(|b| {
@@ -200,6 +278,9 @@ pub(super) fn session_digest(mac: &Hmac<Sha256>, endpoint: &str, session: &str) 
 mod tests {
     use super::*;
 
+    /// A wall-clock time, unix ms.
+    const NOW: u64 = 1_764_000_000_000;
+
     fn mac(secret: &[u8]) -> Hmac<Sha256> {
         Hmac::<Sha256>::new_from_slice(secret).unwrap()
     }
@@ -219,30 +300,80 @@ mod tests {
         let mac = mac(b"0123456789abcdef");
         let rejections = [401, 403, 200].map(SharedEntry::Rejected);
         for entry in [SharedEntry::User(user())].into_iter().chain(rejections) {
-            let sealed = entry.seal(&mac, "k");
-            assert_eq!(SharedEntry::open(&mac, "k", sealed.as_bytes()), Ok(entry));
+            let sealed = entry.seal(&mac, "k", NOW + 5);
+            assert_eq!(
+                SharedEntry::open(&mac, "k", sealed.as_bytes(), NOW),
+                Ok((entry, NOW + 5))
+            );
         }
     }
 
     #[test]
     fn a_value_not_sealed_by_this_secret_for_this_key_is_refused() {
         let (mine, theirs) = (mac(b"0123456789abcdef"), mac(b"fedcba9876543210"));
-        let sealed = SharedEntry::User(user()).seal(&mine, "k");
-        assert!(
-            SharedEntry::open(&theirs, "k", sealed.as_bytes()).is_err(),
+        let sealed = SharedEntry::User(user()).seal(&mine, "k", NOW + 5);
+        let open = |mac: &Hmac<Sha256>, key: &str, value: &str| {
+            SharedEntry::open(mac, key, value.as_bytes(), NOW)
+        };
+        assert_eq!(
+            open(&theirs, "k", &sealed),
+            Err(Unsealed::Forged),
             "another secret"
         );
-        assert!(
-            SharedEntry::open(&mine, "other", sealed.as_bytes()).is_err(),
+        assert_eq!(
+            open(&mine, "other", &sealed),
+            Err(Unsealed::Forged),
             "moved"
         );
         let forged = sealed.replace("\"id\":5", "\"id\":6");
-        assert!(
-            SharedEntry::open(&mine, "k", forged.as_bytes()).is_err(),
-            "altered"
+        assert_eq!(open(&mine, "k", &forged), Err(Unsealed::Forged), "altered");
+        let later = sealed.replace(&format!("{}.", NOW + 5), &format!("{}.", NOW + 9_999));
+        assert_eq!(
+            open(&mine, "k", &later),
+            Err(Unsealed::Forged),
+            "expiry moved"
         );
-        for garbage in [&b""[..], b"x", b"u{\"id\":1,\"name\":\"a\"}", b"r401"] {
-            assert!(SharedEntry::open(&mine, "k", garbage).is_err());
+        let upper = format!("{}{}", sealed[..32].to_uppercase(), &sealed[32..]);
+        assert_eq!(
+            open(&mine, "k", &upper),
+            Err(Unsealed::Forged),
+            "not our hex"
+        );
+        for garbage in ["", "x", "u{\"id\":1,\"name\":\"a\"}", "r401"] {
+            assert_eq!(open(&mine, "k", garbage), Err(Unsealed::Forged));
+        }
+    }
+
+    #[test]
+    fn a_value_past_its_sealed_expiry_admits_nobody_whatever_redis_keeps() {
+        let mac = mac(b"0123456789abcdef");
+        let sealed = SharedEntry::User(user()).seal(&mac, "k", NOW);
+        assert_eq!(
+            SharedEntry::open(&mac, "k", sealed.as_bytes(), NOW),
+            Err(Unsealed::Expired { expired_at_ms: NOW })
+        );
+        assert!(SharedEntry::open(&mac, "k", sealed.as_bytes(), NOW - 1).is_ok());
+    }
+
+    #[test]
+    fn any_bytes_and_any_change_to_a_sealed_value_open_to_nothing_and_never_panic() {
+        let mac = mac(b"0123456789abcdef");
+        let sealed = SharedEntry::User(user())
+            .seal(&mac, "k", NOW + 5)
+            .into_bytes();
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..5_000 {
+            let mut changed = sealed.clone();
+            let at = rng.usize(..changed.len());
+            match rng.u8(..3) {
+                0 => changed[at] ^= 1 << rng.u8(..8),
+                1 => changed.truncate(at),
+                _ => changed.insert(at, rng.u8(..)),
+            }
+            assert!(SharedEntry::open(&mac, "k", &changed, NOW).is_err());
+            let len = rng.usize(..80);
+            let random: Vec<u8> = std::iter::repeat_with(|| rng.u8(..)).take(len).collect();
+            assert!(SharedEntry::open(&mac, "k", &random, NOW).is_err());
         }
     }
 

@@ -10,7 +10,9 @@
 
 use std::borrow::Cow;
 
+use hmac::{Hmac, Mac};
 use redis::RedisResult;
+use sha2::Sha256;
 
 use super::conn::Conn;
 use super::entry::{fingerprint_of, session_digest, user_digest, SharedEntry};
@@ -22,26 +24,65 @@ use crate::cache::{Revocation, TokenFingerprint};
 use crate::telemetry::{self, Scope};
 
 /// A revocation as the stream carries it, for every node to apply locally: a JSON object,
-/// `{"node": .., "op": .., ...}` with the fields of its `op` (see [`Revoked`]).
+/// `{"node": .., "at": .., "op": .., ...}` with the fields of its `op` (see [`Revoked`]), in the
+/// entry's field `m`, authenticated by the entry's field `s` ([`Message::mac`]); the field `p`
+/// is the id of the entry before it, for readers to see that they read an unbroken stream.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub(super) struct Message {
     /// The node that made it, in hex: its own reader skips it.
     pub(super) node: String,
+    /// When the revocation was made, by the wall clock of the node that made it (unix ms).
+    pub(super) at: u64,
     /// What it revokes.
     #[serde(flatten)]
     pub(super) what: Revoked,
 }
 
+/// A revocation read from the stream: what it revokes and when it was made.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Told {
+    pub(super) what: Revoked,
+    /// When the revocation was made, by the wall clock of the node that made it (unix ms): a
+    /// revocation applied late closes only what it named then.
+    pub(crate) made_at_ms: u64,
+}
+
+/// The label that keeps the stream's key apart from every other use of the tier's secret.
+const STREAM_LABEL: &[u8] = b"token-resolver revocation stream v1";
+
+/// The key that authenticates the stream's messages: `HMAC(secret, label)`, so that no MAC of a
+/// message is ever a value's seal or a key's name, whatever the bytes.
+pub(super) fn stream_mac(secret: &[u8]) -> Hmac<Sha256> {
+    let mut derive = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
+    derive.update(STREAM_LABEL);
+    let key = derive.finalize().into_bytes();
+    Hmac::<Sha256>::new_from_slice(&key).expect("HMAC takes any key length")
+}
+
 impl Message {
+    /// The MAC of a message `json` on `stream`, in hex: HMAC-SHA256 under the stream's key
+    /// over the stream's name and the message.
+    pub(super) fn mac(key: &Hmac<Sha256>, stream: &str, json: &[u8]) -> String {
+        super::entry::hex(&feed(key, stream, json).finalize().into_bytes())
+    }
+
+    /// Whether `mac` (hex) is the MAC of `json` on `stream`, compared in constant time.
+    pub(super) fn authentic(key: &Hmac<Sha256>, stream: &str, json: &[u8], mac: &[u8]) -> bool {
+        let mut tag = [0; 32];
+        super::entry::unhex(mac, &mut tag).is_some()
+            && feed(key, stream, json).verify_slice(&tag).is_ok()
+    }
+
     /// What the message `json` holds revokes, unless `node` made it itself: a reader skips
     /// those without building them. `Err` for one that is not a revocation.
-    pub(super) fn read(json: &[u8], node: &str) -> Result<Option<Revoked>, serde_json::Error> {
+    pub(super) fn read(json: &[u8], node: &str) -> Result<Option<Told>, serde_json::Error> {
         let wire: Wire<'_> = serde_json::from_slice(json)?;
         if wire.node == node {
             return Ok(None);
         }
         let endpoint = || wire.endpoint.as_deref().map(str::to_owned);
         let missing = || serde::de::Error::custom(format!("an incomplete {:?} message", wire.op));
+        let made_at_ms = wire.at.ok_or_else(missing)?;
         let what = match &*wire.op {
             "token" => Revoked::Token {
                 endpoint: endpoint().ok_or_else(missing)?,
@@ -61,8 +102,17 @@ impl Message {
             },
             op => return Err(serde::de::Error::custom(format!("no op {op:?}"))),
         };
-        Ok(Some(what))
+        Ok(Some(Told { what, made_at_ms }))
     }
+}
+
+/// The stream's key fed with the domain of a message: the stream's name, then the message.
+fn feed(key: &Hmac<Sha256>, stream: &str, json: &[u8]) -> Hmac<Sha256> {
+    let mut mac = key.clone();
+    mac.update(stream.as_bytes());
+    mac.update(&[0]);
+    mac.update(json);
+    mac
 }
 
 /// A [`Message`] as read: every field any `op` has, borrowed where the JSON has no escapes.
@@ -72,6 +122,7 @@ impl Message {
 struct Wire<'a> {
     #[serde(borrow)]
     node: Cow<'a, str>,
+    at: Option<u64>,
     #[serde(borrow)]
     op: Cow<'a, str>,
     #[serde(borrow)]
@@ -177,6 +228,27 @@ impl Revoked {
     }
 }
 
+impl Told {
+    /// What it revokes.
+    pub(super) fn what(&self) -> &Revoked {
+        &self.what
+    }
+
+    /// Applies it to this node's local tier: see [`Revoked::apply`].
+    pub(super) fn apply(
+        self,
+        at: Option<&Endpoint>,
+        local: &Local,
+        now_ms: u64,
+    ) -> Option<Revocation> {
+        tracing::trace!(
+            late_ms = now_ms.saturating_sub(self.made_at_ms),
+            "applying another node's revocation"
+        );
+        self.what.apply(at, local)
+    }
+}
+
 impl SharedCache {
     /// Tombstones one token and deletes its entry, then tells every node; in the background.
     pub(crate) fn delete(&self, endpoint: &str, token: &str) {
@@ -208,14 +280,16 @@ impl SharedCache {
         self.revoke("invalidate_all", Revoked::All { generation: 0 });
     }
 
-    /// Revokes `what` in Redis, then tells every node; in the background, insisting.
+    /// Revokes `what` in Redis, then tells every node; in the background, insisting. The
+    /// message carries the time it is made now.
     fn revoke(&self, op: &'static str, what: Revoked) {
         let core = self.core.clone();
+        let at = core.now_ms();
         self.spawn(op, true, self.op_timeout, move |mut conn| {
             let (core, what) = (core.clone(), what.clone());
             async move {
                 let what = core.revoke(&mut conn, what).await?;
-                core.tell(&mut conn, what).await
+                core.tell(&mut conn, what, at).await
             }
         });
     }
@@ -226,32 +300,17 @@ impl Core {
     /// this node has not yet), or moves to the next one. What to tell the other nodes.
     async fn revoke(&self, conn: &mut Conn, what: Revoked) -> RedisResult<Revoked> {
         if let Revoked::All { .. } = what {
-            let generation: u64 = redis::cmd("INCR")
-                .arg(self.keys.generation())
-                .query_async(conn)
+            // Past the generation this node knows too: a Redis that lost an `INCR` (a
+            // failover) must not make this one a step that nodes already took.
+            let known = self.generation().unwrap_or(0);
+            let generation = (self.scripts)
+                .next_generation(conn, &self.keys.generation(), known)
                 .await?;
             self.generation
                 .fetch_max(generation, std::sync::atomic::Ordering::AcqRel);
             return Ok(Revoked::All { generation });
         }
-        let generation = match self.generation() {
-            Some(generation) => generation,
-            None => {
-                let stored: Option<u64> = redis::cmd("GET")
-                    .arg(self.keys.generation())
-                    .query_async(conn)
-                    .await?;
-                let stored = stored.unwrap_or(0);
-                let known = self.generation.compare_exchange(
-                    super::UNKNOWN,
-                    stored,
-                    std::sync::atomic::Ordering::AcqRel,
-                    std::sync::atomic::Ordering::Acquire,
-                );
-                // Ours, or what the reader or an `invalidate_all` stored meanwhile.
-                known.map_or_else(|current| current, |_| stored)
-            }
-        };
+        let generation = self.current_generation(conn).await?;
         let ttl = self.tombstone_ms();
         let doomed = match &what {
             Revoked::Token { digest, .. } => vec![digest.clone()],
@@ -316,9 +375,10 @@ impl Core {
         for digest in digests {
             let key = self.keys.token(generation, &digest);
             let value: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query_async(conn).await?;
+            // Opened as at time 0, whatever its expiry: only the session matters here.
             let of_session = value.is_none_or(|value| {
-                SharedEntry::open(&self.mac, &key, &value).is_ok_and(
-                    |e| matches!(e, SharedEntry::User(u) if u.session() == Some(session)),
+                SharedEntry::open(&self.mac, &key, &value, 0).is_ok_and(
+                    |(e, _)| matches!(e, SharedEntry::User(u) if u.session() == Some(session)),
                 )
             });
             if of_session {
@@ -328,22 +388,19 @@ impl Core {
         Ok(doomed)
     }
 
-    /// Tells every node `what` on the stream, which keeps the last `stream_len` revocations.
-    async fn tell(&self, conn: &mut Conn, what: Revoked) -> RedisResult<()> {
+    /// Tells every node `what`, made at `at` (unix ms), on the stream, which keeps the last
+    /// `stream_len` revocations: the message, its MAC, and the id of the entry before it.
+    async fn tell(&self, conn: &mut Conn, what: Revoked, at: u64) -> RedisResult<()> {
         let message = Message {
             node: self.node_id(),
+            at,
             what,
         };
         let payload = serde_json::to_string(&message).unwrap_or_default();
-        redis::cmd("XADD")
-            .arg(self.keys.stream())
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(self.stream_len)
-            .arg("*")
-            .arg("m")
-            .arg(payload)
-            .query_async::<()>(conn)
+        let stream = self.keys.stream();
+        let mac = Message::mac(&self.stream_mac, &stream, payload.as_bytes());
+        (self.scripts)
+            .tell(conn, &stream, self.stream_len, &payload, &mac)
             .await
     }
 }
@@ -377,11 +434,13 @@ mod tests {
         for what in every_kind() {
             let message = Message {
                 node: "00000000000000aa".to_owned(),
+                at: 1_764_000_000_123,
                 what,
             };
             let json = serde_json::to_vec(&message).unwrap();
-            let read = Message::read(&json, "00000000000000bb").unwrap();
-            assert_eq!(read.as_ref(), Some(&message.what));
+            let read = Message::read(&json, "00000000000000bb").unwrap().unwrap();
+            assert_eq!(read.what(), &message.what);
+            assert_eq!(read.made_at_ms, 1_764_000_000_123);
             assert_eq!(Message::read(&json, "00000000000000aa").unwrap(), None);
         }
     }
@@ -389,18 +448,64 @@ mod tests {
     #[test]
     fn messages_missing_their_fields_or_of_unknown_ops_are_errors_and_extra_fields_are_not() {
         for json in [
-            r#"{"node":"a","op":"token","endpoint":"e"}"#,
-            r#"{"node":"a","op":"user","endpoint":"e"}"#,
-            r#"{"node":"a","op":"session","endpoint":"e","user_id":1}"#,
-            r#"{"node":"a","op":"all"}"#,
-            r#"{"node":"a","op":"everything","generation":1}"#,
-            r#"{"op":"all","generation":1}"#,
+            r#"{"node":"a","op":"user","endpoint":"e","user_id":1}"#,
+            r#"{"node":"a","at":1,"op":"token","endpoint":"e"}"#,
+            r#"{"node":"a","at":1,"op":"user","endpoint":"e"}"#,
+            r#"{"node":"a","at":1,"op":"session","endpoint":"e","user_id":1}"#,
+            r#"{"node":"a","at":1,"op":"all"}"#,
+            r#"{"node":"a","at":1,"op":"everything","generation":1}"#,
+            r#"{"at":1,"op":"all","generation":1}"#,
             r#"["node","a"]"#,
         ] {
             assert!(Message::read(json.as_bytes(), "b").is_err(), "{json}");
         }
-        let newer = r#"{"node":"a","op":"user","endpoint":"e","user_id":1,"reason":"ban"}"#;
+        let newer = r#"{"node":"a","at":1,"op":"user","endpoint":"e","user_id":1,"reason":"ban"}"#;
         let read = Message::read(newer.as_bytes(), "b").unwrap().unwrap();
-        assert!(matches!(read, Revoked::User { user_id: 1, .. }));
+        assert!(matches!(read.what(), Revoked::User { user_id: 1, .. }));
+    }
+
+    #[test]
+    fn a_message_is_authentic_only_under_its_streams_key_for_its_stream_and_bytes() {
+        let key = stream_mac(b"0123456789abcdef");
+        let json = br#"{"node":"a","at":1,"op":"all","generation":2}"#;
+        let mac = Message::mac(&key, "p:revocations", json);
+        assert_eq!(mac.len(), 64);
+        assert!(Message::authentic(
+            &key,
+            "p:revocations",
+            json,
+            mac.as_bytes()
+        ));
+        let other = stream_mac(b"fedcba9876543210");
+        assert!(!Message::authentic(
+            &other,
+            "p:revocations",
+            json,
+            mac.as_bytes()
+        ));
+        assert!(!Message::authentic(
+            &key,
+            "q:revocations",
+            json,
+            mac.as_bytes()
+        ));
+        let altered = br#"{"node":"a","at":1,"op":"all","generation":3}"#;
+        assert!(!Message::authentic(
+            &key,
+            "p:revocations",
+            altered,
+            mac.as_bytes()
+        ));
+        for bad in [
+            &b""[..],
+            b"00",
+            &mac.as_bytes()[..63],
+            mac.to_uppercase().as_bytes(),
+        ] {
+            assert!(!Message::authentic(&key, "p:revocations", json, bad));
+        }
+        // Not the value seal's key: the secret itself, used raw, gives another MAC.
+        let raw = Hmac::<Sha256>::new_from_slice(b"0123456789abcdef").unwrap();
+        assert_ne!(Message::mac(&raw, "p:revocations", json), mac);
     }
 }

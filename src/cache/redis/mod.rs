@@ -10,9 +10,14 @@
 //! when to ask this tier is [`Tiers`](super::Tiers)'s.
 //!
 //! No token reaches Redis: keys name tokens, users and sessions by HMACs of the tier's secret,
-//! values hold only the user's id, name and extra fields (or the rejection's status) sealed
-//! with a MAC of the same secret, and the expiry is Redis's own TTL. A value the MAC does not
-//! match (forged, altered, moved) is a miss and a warning, never a user.
+//! values hold only the user's id, name and extra fields (or the rejection's status) and their
+//! absolute expiry, sealed with a MAC of the same secret over the key (which names the
+//! generation) too. A value the MAC does not match (forged, altered, moved) is a miss and a
+//! warning, never a user; so is one past its sealed expiry (whatever TTL Redis keeps), and one
+//! under its token's tombstone (written back after a revocation by someone: the tier never
+//! writes there). Revocations on the stream are authenticated with a key derived from the same
+//! secret; what a writer without the secret adds there is dropped, and counted in
+//! `token_resolver_shared_forged_total`.
 //!
 //! A revocation wins every race with a write: it leaves a tombstone (of the token, the user or
 //! the session) before it deletes, and a write is a Lua script that refuses to store under a
@@ -55,11 +60,21 @@ use crate::error::ConfigError;
 use crate::telemetry;
 use conn::Conn;
 use connect::Backend;
-use entry::{token_digest, Keys, SharedEntry};
+use entry::{token_digest, Keys, SharedEntry, Unsealed};
 use scripts::Scripts;
 
 /// How long the tier stands aside after a Redis error before trying again.
 const BACK_OFF: Duration = Duration::from_secs(1);
+
+/// How far past its sealed expiry a value still in Redis may be before it counts as written
+/// back by someone rather than kept a little longer under the nodes' differing clocks.
+const REPLAY_SLACK: Duration = Duration::from_secs(60);
+
+/// Counts and logs a sealed value someone wrote back.
+fn replayed(what: &'static str) {
+    metrics::counter!(telemetry::SHARED_FORGED_TOTAL, "what" => "replayed_value").increment(1);
+    tracing::warn!("{what}");
+}
 
 /// The generation before the reader has read it from Redis: the tier is not used until then,
 /// since keys of an older generation hold what `invalidate_all` revoked.
@@ -101,6 +116,11 @@ struct Core {
     stream_len: u64,
     /// This node in the revocations it writes, so that its reader skips them.
     node: u64,
+    /// The key that authenticates the stream's messages: derived from the secret apart from
+    /// the one that seals values and names keys.
+    stream_mac: Hmac<Sha256>,
+    /// See [`RedisTier::node_clock_offset_ms`].
+    clock_offset_ms: i64,
 }
 
 impl Core {
@@ -112,6 +132,32 @@ impl Core {
     /// This node as its messages name it, in hex.
     fn node_id(&self) -> String {
         format!("{:016x}", self.node)
+    }
+
+    /// The generation this node is at, read from Redis if it knows none yet.
+    async fn current_generation(&self, conn: &mut Conn) -> redis::RedisResult<u64> {
+        if let Some(generation) = self.generation() {
+            return Ok(generation);
+        }
+        let stored: Option<u64> = redis::cmd("GET")
+            .arg(self.keys.generation())
+            .query_async(conn)
+            .await?;
+        let stored = stored.unwrap_or(0);
+        let known =
+            self.generation
+                .compare_exchange(UNKNOWN, stored, Ordering::AcqRel, Ordering::Acquire);
+        // Ours, or what the reader or an `invalidate_all` stored meanwhile.
+        Ok(known.map_or_else(|current| current, |_| stored))
+    }
+
+    /// This node's wall clock, unix ms.
+    fn now_ms(&self) -> u64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as u64;
+        now.saturating_add_signed(self.clock_offset_ms)
     }
 
     /// A tombstone's lifetime, in milliseconds.
@@ -170,6 +216,8 @@ impl SharedCache {
                 tombstone_ttl: index_ttl.max(Duration::from_secs(60)),
                 stream_len: tier.stream_len,
                 node: fastrand::u64(..),
+                stream_mac: invalidation::stream_mac(&tier.secret),
+                clock_offset_ms: tier.clock_offset_ms,
             }),
             op_timeout: tier.op_timeout,
             index_ttl,
@@ -225,30 +273,35 @@ impl SharedCache {
             .ok()
     }
 
-    /// The shared answer for (endpoint, token), fresh for what it has left in Redis, if Redis
-    /// has one under this tier's seal: a `GET` and a `PTTL`, sent together.
+    /// The shared answer for (endpoint, token), fresh for what it has left in Redis and under
+    /// its seal, if Redis has one under this tier's seal and no tombstone of the token: a
+    /// `GET` and a `PTTL` of the entry and an `EXISTS` of its tombstone (the same hash tag),
+    /// sent together.
     pub(crate) async fn get(&self, endpoint: &str, token: &str) -> Option<Cached> {
         let generation = match self.core.generation() {
             Some(generation) => generation,
             None => self.load_generation().await?,
         };
-        let key = self
-            .core
-            .keys
-            .token(generation, &self.digest(endpoint, token));
-        let (value, pttl): (Option<Vec<u8>>, i64) = self
+        let digest = self.digest(endpoint, token);
+        let key = self.core.keys.token(generation, &digest);
+        let tombstone = self.core.keys.token_tombstone(generation, &digest);
+        let (value, pttl, tombstoned): (Option<Vec<u8>>, i64, bool) = self
             .run("get", |mut conn| {
-                let (key, mut other) = (key.clone(), conn.clone());
+                let (key, tombstone) = (key.clone(), tombstone.clone());
+                let (mut other, mut third) = (conn.clone(), conn.clone());
                 async move {
-                    let (mut get, mut pttl) = (redis::cmd("GET"), redis::cmd("PTTL"));
+                    let (mut get, mut pttl, mut exists) =
+                        (redis::cmd("GET"), redis::cmd("PTTL"), redis::cmd("EXISTS"));
                     get.arg(&key);
                     pttl.arg(&key);
-                    let (value, pttl) = futures_util::future::join(
+                    exists.arg(&tombstone);
+                    let (value, pttl, tombstoned) = futures_util::future::join3(
                         get.query_async(&mut conn),
                         pttl.query_async(&mut other),
+                        exists.query_async(&mut third),
                     )
                     .await;
-                    Ok((value?, pttl?))
+                    Ok((value?, pttl?, tombstoned?))
                 }
             })
             .await?;
@@ -256,15 +309,36 @@ impl SharedCache {
             metrics::counter!(telemetry::SHARED_CACHE_MISSES_TOTAL).increment(1);
             return None;
         };
-        let Ok(entry) = SharedEntry::open(&self.core.mac, &key, &value) else {
-            // Counted, but no rest: a value someone planted must not take the tier away.
-            self.health.errors.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!(telemetry::SHARED_CACHE_ERRORS_TOTAL, "op" => "unsealed")
-                .increment(1);
-            tracing::warn!("a value in Redis is not sealed with this tier's secret: ignored");
-            return None;
+        let now = self.core.now_ms();
+        let (entry, expires_at) = match SharedEntry::open(&self.core.mac, &key, &value, now) {
+            Ok(opened) => opened,
+            Err(Unsealed::Forged) => {
+                // Counted, but no rest: a value someone planted must not take the tier away.
+                self.health.errors.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!(telemetry::SHARED_CACHE_ERRORS_TOTAL, "op" => "unsealed")
+                    .increment(1);
+                metrics::counter!(telemetry::SHARED_FORGED_TOTAL, "what" => "value").increment(1);
+                tracing::warn!("a value in Redis is not sealed with this tier's secret: ignored");
+                return None;
+            }
+            Err(Unsealed::Expired { expired_at_ms }) => {
+                // Redis keeps a value for what its seal gives it, give or take the nodes'
+                // clocks: one it still holds long after is a copy written back.
+                if now.saturating_sub(expired_at_ms) > REPLAY_SLACK.as_millis() as u64 {
+                    replayed("a value in Redis is past its sealed expiry: ignored");
+                }
+                metrics::counter!(telemetry::SHARED_CACHE_MISSES_TOTAL).increment(1);
+                return None;
+            }
         };
-        let left = Duration::from_millis(u64::try_from(pttl).ok().filter(|&ms| ms > 0)?);
+        if tombstoned {
+            // This tier never writes under a tombstone: someone wrote it back.
+            replayed("a value in Redis lies under its token's tombstone: ignored");
+            metrics::counter!(telemetry::SHARED_CACHE_MISSES_TOTAL).increment(1);
+            return None;
+        }
+        let pttl = u64::try_from(pttl).ok().filter(|&ms| ms > 0)?;
+        let left = Duration::from_millis(pttl.min(expires_at - now));
         self.hits.fetch_add(1, Ordering::Relaxed);
         metrics::counter!(telemetry::SHARED_CACHE_HITS_TOTAL).increment(1);
         Some(entry.cached(left))
@@ -296,39 +370,42 @@ impl SharedCache {
     /// first joins its user's index (refused under the user's or the session's tombstone), then
     /// is written (refused under the token's).
     pub(crate) fn put(&self, endpoint: &str, token: &str, cached: &Cached) {
-        let Some(generation) = self.core.generation() else {
-            return;
-        };
         if self.health.is_resting() {
             return;
         }
-        let core = &self.core;
         let digest = self.digest(endpoint, token);
-        let key = core.keys.token(generation, &digest);
-        let tombstone = core.keys.token_tombstone(generation, &digest);
-        let value = SharedEntry::of(cached).seal(&core.mac, &key);
         let ttl = cached.fresh_until().left().as_millis().max(1) as u64;
-        let indexed = match cached {
-            Cached::User { user, .. } => {
-                Some(core.user_index_keys(generation, endpoint, user.id, user.session()))
-            }
+        let expires_at = self.core.now_ms() + ttl;
+        let entry = SharedEntry::of(cached);
+        let user = match cached {
+            Cached::User { user, .. } => Some((
+                endpoint.to_owned(),
+                user.id,
+                user.session().map(str::to_owned),
+            )),
             Cached::Rejected { .. } => None,
         };
         let index_ttl = self.index_ttl.as_millis().max(1) as u64;
         let core = self.core.clone();
         self.spawn("put", false, self.op_timeout, move |mut conn| {
-            let (core, indexed, digest) = (core.clone(), indexed.clone(), digest.clone());
-            let (key, tombstone, value) = (key.clone(), tombstone.clone(), value.clone());
+            let (core, entry, user, digest) =
+                (core.clone(), entry.clone(), user.clone(), digest.clone());
             async move {
-                if let Some(user) = &indexed {
+                // Before the reader has read it, this node's first answers still go to Redis.
+                let generation = core.current_generation(&mut conn).await?;
+                if let Some((endpoint, id, session)) = &user {
+                    let keys = core.user_index_keys(generation, endpoint, *id, session.as_deref());
                     if !core
                         .scripts
-                        .join_index(&mut conn, user, &digest, index_ttl)
+                        .join_index(&mut conn, &keys, &digest, index_ttl)
                         .await?
                     {
                         return Ok(());
                     }
                 }
+                let key = core.keys.token(generation, &digest);
+                let tombstone = core.keys.token_tombstone(generation, &digest);
+                let value = entry.seal(&core.mac, &key, expires_at);
                 let written = core.scripts.write(&mut conn, &key, &tombstone, &value, ttl);
                 written.await.map(|_| ())
             }

@@ -1,5 +1,7 @@
 //! The Lua scripts that make a write and a revocation atomic on the Redis side: a write never
 //! lands under a tombstone, and a revocation leaves its tombstone in the same step that deletes.
+//! Three more keep the stream and the generation honest: a message is added with the id of the
+//! entry before it, and the generation only ever moves forward.
 //!
 //! Each script touches the keys of one hash tag only (a token's, or a user's), so each runs on
 //! one node of a cluster. A user's write is two scripts, the user's then the token's, and a
@@ -38,6 +40,9 @@ pub(super) struct Scripts {
     revoke_token: Script,
     revoke_user: Script,
     revoke_session: Script,
+    tell: Script,
+    next_generation: Script,
+    raise_generation: Script,
 }
 
 impl Scripts {
@@ -79,6 +84,32 @@ impl Scripts {
                 r"
                 redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
                 return redis.call('SMEMBERS', KEYS[1])",
+            ),
+            // KEYS: stream; ARGV: length kept, message, its MAC. Adds the message with the id
+            // of the entry before it (`0-0` on an empty stream), for readers to see a break.
+            tell: Script::new(
+                r"
+                local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+                local prev = '0-0'
+                if last[1] then prev = last[1][1] end
+                return redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
+                    'm', ARGV[2], 's', ARGV[3], 'p', prev)",
+            ),
+            // KEYS: generation; ARGV: the generation the caller knows. One past the larger.
+            next_generation: Script::new(
+                r"
+                local stored = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+                local known = tonumber(ARGV[1])
+                if known > stored then stored = known end
+                redis.call('SET', KEYS[1], stored + 1)
+                return stored + 1",
+            ),
+            // KEYS: generation; ARGV: the generation the caller knows. Raises it to that.
+            raise_generation: Script::new(
+                r"
+                local stored = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+                if tonumber(ARGV[1]) > stored then redis.call('SET', KEYS[1], ARGV[1]) end
+                return 0",
             ),
         }
     }
@@ -151,5 +182,49 @@ impl Scripts {
         let mut invocation = self.revoke_session.key(index);
         invocation.key(tombstone).arg(ttl_ms);
         invocation.invoke_async(conn).await
+    }
+
+    /// Adds `message` and its `mac` to `stream`, keeping about `len` entries, with the id of the
+    /// entry before it.
+    pub(super) async fn tell(
+        &self,
+        conn: &mut Conn,
+        stream: &str,
+        len: u64,
+        message: &str,
+        mac: &str,
+    ) -> RedisResult<()> {
+        let mut invocation = self.tell.key(stream);
+        invocation.arg(len).arg(message).arg(mac);
+        invocation.invoke_async::<()>(conn).await
+    }
+
+    /// Moves the generation to one past the larger of Redis's and `known`; the new one.
+    pub(super) async fn next_generation(
+        &self,
+        conn: &mut Conn,
+        key: &str,
+        known: u64,
+    ) -> RedisResult<u64> {
+        self.next_generation
+            .key(key)
+            .arg(known)
+            .invoke_async(conn)
+            .await
+    }
+
+    /// Raises the generation in Redis to `known`, where Redis has a lower one (it lost an
+    /// `INCR` in a failover, or someone wrote it back).
+    pub(super) async fn raise_generation(
+        &self,
+        conn: &mut Conn,
+        key: &str,
+        known: u64,
+    ) -> RedisResult<()> {
+        self.raise_generation
+            .key(key)
+            .arg(known)
+            .invoke_async(conn)
+            .await
     }
 }

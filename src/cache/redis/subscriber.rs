@@ -3,10 +3,16 @@
 //! the local tier.
 //!
 //! A stream rather than pub/sub, so that a node that was cut off catches up on exactly what it
-//! missed: it reads again from the last entry it applied. Only when the stream no longer holds
-//! that entry's successors (it keeps [`RedisTier::stream_len`](super::RedisTier::stream_len)
-//! revocations, or Redis lost its data) does the node empty its cache and tell its subscribers
-//! to re-check what they hold ([`Revocation::Recheck`]).
+//! missed: it reads again from the last entry it applied, having started where Redis's clock
+//! (`TIME`) says, never its own. Only when the stream is not the continuation of what it read
+//! (it keeps [`RedisTier::stream_len`](super::RedisTier::stream_len) revocations; Redis lost
+//! entries in a failover, which an entry's `p`, the id of the entry before it, shows; the
+//! stream is gone) or the tier's generation went back does the node empty its cache and tell
+//! its subscribers to re-check what they hold ([`Revocation::Recheck`]). The generation only
+//! moves forward on a node.
+//!
+//! Every message's MAC is checked (in constant time) before it is read: a forged one, or an
+//! authentic one told again long after it was made, is dropped with a warning and counted.
 //!
 //! The reads block for [`BLOCK`] at most, so an idle stream still answers every [`BLOCK`]: a
 //! read that gets no answer within [`SILENCE`] means the connection is gone without a word (a
@@ -24,14 +30,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis::streams::StreamRangeReply;
 use redis::RedisResult;
 
 use super::conn::Conn;
 use super::connect::READ_RESPONSE_TIMEOUT;
-use super::invalidation::Message;
+use super::invalidation::{Message, Revoked};
 use super::{Core, SharedCache};
 use crate::auth_url::Endpoint;
 use crate::cache::local::Local;
@@ -54,6 +60,11 @@ const BATCH: usize = 256;
 /// starting are applied, whatever the clocks of the node and of Redis say.
 const START_SLACK: Duration = Duration::from_secs(5);
 
+/// How far the time a revocation was made and the time it was told (its entry's id, by Redis's
+/// clock) may differ, beyond the time a revocation insists while Redis is away, before an
+/// authentic message counts as told again by someone: the clocks of nodes and Redis.
+const REPLAY_SLACK: Duration = Duration::from_secs(60);
+
 /// A position in the stream: an entry's id (`<ms>-<seq>`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Position(u64, u64);
@@ -62,6 +73,10 @@ impl Position {
     fn parse(id: &str) -> Option<Position> {
         let (ms, seq) = id.split_once('-')?;
         Some(Position(ms.parse().ok()?, seq.parse().ok()?))
+    }
+
+    fn parse_bytes(id: &[u8]) -> Option<Position> {
+        Position::parse(std::str::from_utf8(id).ok()?)
     }
 
     fn id(self) -> String {
@@ -92,17 +107,15 @@ impl SharedCache {
             return;
         };
         let _ = self.runtime.set(runtime.clone());
-        let since_start = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .saturating_sub(START_SLACK);
         let reader = Reader {
             backend: self.backend.clone(),
             core: self.core.clone(),
             subscribed: self.subscribed.clone(),
             local,
-            last: Position(since_start.as_millis() as u64, 0),
+            last: Position(0, 0),
+            placed: false,
             read_any: false,
+            read_all: false,
             endpoints: Endpoints::default(),
             me: self.core.node_id(),
         };
@@ -118,6 +131,10 @@ struct Reader {
     local: Weak<Local>,
     /// The last entry applied (or, before the first read, where reading starts).
     last: Position,
+    /// Whether `last` was set: where reading starts, by Redis's clock, before the first read.
+    placed: bool,
+    /// Whether the last read took everything there was (less than a full batch).
+    read_all: bool,
     /// Whether `last` is an entry this reader read (rather than where it started).
     read_any: bool,
     /// The endpoints revocations named lately, parsed.
@@ -192,10 +209,12 @@ impl Reader {
             Ok(Err(e)) => return Ended::Lost(super::error::describe(&e)),
             Err(_) => return Ended::Lost("silent while catching up".to_owned()),
         }
-        self.subscribed.store(true, Ordering::Release);
         loop {
             let read = tokio::time::timeout(SILENCE, self.read(&mut conn)).await;
             match read {
+                // Caught up once a read returns less than a full batch: until then this node
+                // may hold what another revoked, and its cache admits nobody (`Tiers`).
+                Ok(Ok(true)) if self.read_all => self.subscribed.store(true, Ordering::Release),
                 Ok(Ok(true)) => {}
                 Ok(Ok(false)) => return Ended::Gone,
                 Ok(Err(e)) => return Ended::Lost(super::error::describe(&e)),
@@ -204,16 +223,20 @@ impl Reader {
         }
     }
 
-    /// Reads the tier's generation, and empties the local tier if the stream no longer holds
-    /// what came after the last entry applied; `false` when the resolver is gone.
+    /// Places the reader where it starts, the first time (by Redis's clock: a node whose own
+    /// clock is ahead would skip what is told meanwhile), reads the tier's generation, and
+    /// empties the local tier if the stream no longer holds what came after the last entry
+    /// applied or the generation went back; `false` when the resolver is gone.
     async fn catch_up(&mut self, conn: &mut Conn) -> RedisResult<bool> {
-        let generation: Option<u64> = redis::cmd("GET")
-            .arg(self.core.keys.generation())
-            .query_async(conn)
-            .await?;
-        self.core
-            .generation
-            .store(generation.unwrap_or(0), Ordering::Release);
+        if !self.placed {
+            let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await?;
+            let now = seconds * 1000 + micros / 1000;
+            self.last = Position(now.saturating_sub(START_SLACK.as_millis() as u64), 0);
+            self.placed = true;
+        }
+        if !self.generation(conn).await? {
+            return Ok(false);
+        }
         let gap = self.missed(conn).await?;
         if !gap {
             return Ok(true);
@@ -221,6 +244,17 @@ impl Reader {
         let Some(local) = self.local.upgrade() else {
             return Ok(false);
         };
+        self.skip_to_newest(conn).await?;
+        resync(
+            &local,
+            "revocations may have been missed while the stream was out of reach",
+        );
+        Ok(true)
+    }
+
+    /// Moves `last` to the stream's newest entry, if that is further: what a re-sync has
+    /// covered.
+    async fn skip_to_newest(&mut self, conn: &mut Conn) -> RedisResult<()> {
         let newest: StreamRangeReply = redis::cmd("XREVRANGE")
             .arg(self.core.keys.stream())
             .arg("+")
@@ -230,21 +264,56 @@ impl Reader {
             .query_async(conn)
             .await?;
         if let Some(newest) = newest.ids.first().and_then(|e| Position::parse(&e.id)) {
-            self.last = self.last.max(newest);
+            if newest > self.last {
+                self.last = newest;
+                self.read_any = true;
+            }
         }
-        metrics::counter!(telemetry::SHARED_CACHE_RESYNCS_TOTAL).increment(1);
-        tracing::warn!(
-            "revocations may have been missed while the stream was out of reach: \
-             the local cache is emptied and sessions re-check their tokens"
+        Ok(())
+    }
+
+    /// Reads the tier's generation from Redis. A newer one is taken; one older than this node
+    /// knows means Redis lost an `INCR` (a failover) or someone wrote it back: the node keeps
+    /// its own, raises Redis's again, and re-syncs, since what it missed is unknown. `false`
+    /// when the resolver is gone.
+    async fn generation(&mut self, conn: &mut Conn) -> RedisResult<bool> {
+        let key = self.core.keys.generation();
+        let stored: Option<u64> = redis::cmd("GET").arg(&key).query_async(conn).await?;
+        let stored = stored.unwrap_or(0);
+        let known = self.core.generation.load(Ordering::Acquire);
+        if known == super::UNKNOWN {
+            // Unless `load_generation` or an `invalidate_all` stored one meanwhile.
+            let _ = self.core.generation.compare_exchange(
+                super::UNKNOWN,
+                stored,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            return Ok(true);
+        }
+        if stored >= known {
+            self.core.generation.fetch_max(stored, Ordering::AcqRel);
+            return Ok(true);
+        }
+        let Some(local) = self.local.upgrade() else {
+            return Ok(false);
+        };
+        self.core
+            .scripts
+            .raise_generation(conn, &key, known)
+            .await?;
+        resync(
+            &local,
+            "the shared cache's generation went back (a failover lost it, or someone wrote it)",
         );
-        local.revoke_all(Revocation::Recheck);
         Ok(true)
     }
 
-    /// Whether the stream no longer holds every entry after the last one applied: its oldest
-    /// entry is newer, and Redis trimmed entries off it (it has had more added than it holds),
-    /// or lost it (gone, or made anew, since this reader read from it). A stream newer than
-    /// where a reader that has read nothing starts, from which nothing was trimmed, misses
+    /// Whether the stream no longer holds every entry after the last one applied: it went
+    /// back (its newest id is older than the last entry read: a failover lost entries), its
+    /// oldest entry is newer and Redis trimmed entries off it (it has had more added than it
+    /// holds), or lost it (gone, or made anew, since this reader read from it). A stream newer
+    /// than where a reader that has read nothing starts, from which nothing was trimmed, misses
     /// nothing. Before Redis 7, which does not count what was added, an oldest entry newer than
     /// the last one applied counts as a gap.
     async fn missed(&self, conn: &mut Conn) -> RedisResult<bool> {
@@ -268,6 +337,9 @@ impl Reader {
             let value = fields.iter().find(|(k, _)| k == name)?.1.clone();
             redis::from_redis_value::<u64>(value).ok()
         };
+        if self.read_any && id("last-generated-id").is_some_and(|newest| newest < self.last) {
+            return Ok(true);
+        }
         let Some(first) = id("recorded-first-entry-id").or_else(|| first_entry_id(&fields)) else {
             return Ok(self.read_any);
         };
@@ -282,15 +354,19 @@ impl Reader {
     }
 
     /// One read: waits up to [`BLOCK`] for revocations after the last one applied, and applies
-    /// those of other nodes; `false` when the resolver is gone.
+    /// those of other nodes that the tier's key authenticates; then checks the generation.
+    /// An entry that does not follow the last one read (its `p` names another) means entries
+    /// were lost (a failover, a stream made anew): the node re-syncs. `false` when the
+    /// resolver is gone.
     async fn read(&mut self, conn: &mut Conn) -> RedisResult<bool> {
+        let stream = self.core.keys.stream();
         let reply: redis::Value = redis::cmd("XREAD")
             .arg("COUNT")
             .arg(BATCH)
             .arg("BLOCK")
             .arg(BLOCK.as_millis() as u64)
             .arg("STREAMS")
-            .arg(self.core.keys.stream())
+            .arg(&stream)
             .arg(self.last.id())
             .query_async(conn)
             .await?;
@@ -298,37 +374,99 @@ impl Reader {
             return Ok(false);
         };
         let mut applied = Vec::new();
-        for (position, message) in stream_entries(reply) {
-            if let Some(position) = position {
+        let mut broken = false;
+        let now = self.core.now_ms();
+        let window = self.core.tombstone_ms() + REPLAY_SLACK.as_millis() as u64;
+        let entries = stream_entries(reply);
+        self.read_all = entries.len() < BATCH;
+        for entry in entries {
+            if let Some(position) = entry.position {
+                let follows = entry.prev.as_deref().is_none_or(|prev| {
+                    !self.read_any || Position::parse_bytes(prev) == Some(self.last)
+                });
+                broken |= !follows;
                 self.last = position;
                 self.read_any = true;
             }
-            match message.map(|m| Message::read(&m, &self.me)) {
-                Some(Ok(None)) => {}
-                Some(Ok(Some(what))) => {
-                    if let super::invalidation::Revoked::All { generation } = &what {
-                        self.core
-                            .generation
-                            .fetch_max(*generation, Ordering::AcqRel);
-                    }
-                    let at = what.endpoint().and_then(|e| self.endpoints.get(e));
-                    applied.extend(what.apply(at, &local));
-                }
-                Some(Err(e)) => tracing::warn!(%e, "ignoring a malformed revocation on the stream"),
-                None => tracing::warn!("ignoring a stream entry with no revocation"),
+            let Some(message) = entry.message else {
+                tracing::warn!("ignoring a stream entry with no revocation");
+                continue;
+            };
+            let mac = entry.mac.as_deref().unwrap_or_default();
+            if !Message::authentic(&self.core.stream_mac, &stream, &message, mac) {
+                metrics::counter!(telemetry::SHARED_FORGED_TOTAL, "what" => "message").increment(1);
+                tracing::warn!(
+                    "ignoring a revocation on the stream that the tier's secret does not \
+                     authenticate"
+                );
+                continue;
             }
+            let told = match Message::read(&message, &self.me) {
+                Ok(Some(told)) => told,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(%e, "ignoring a malformed revocation on the stream");
+                    continue;
+                }
+            };
+            // Told when it was made, give or take the insisting of a revocation while Redis
+            // was away and the clocks: an authentic message told again later is a replay.
+            let told_at = entry.position.map_or(now, |p| p.0);
+            if told_at.abs_diff(told.made_at_ms) > window {
+                metrics::counter!(telemetry::SHARED_FORGED_TOTAL, "what" => "replayed_message")
+                    .increment(1);
+                tracing::warn!("ignoring a revocation told again long after it was made");
+                continue;
+            }
+            if let Revoked::All { generation } = told.what() {
+                self.core
+                    .generation
+                    .fetch_max(*generation, Ordering::AcqRel);
+            }
+            let at = told.what().endpoint().and_then(|e| self.endpoints.get(e));
+            applied.extend(told.apply(at, &local, now));
         }
         if !applied.is_empty() {
             local.tell(applied);
         }
-        Ok(true)
+        if broken {
+            resync(
+                &local,
+                "the revocation stream does not go on from the last entry read (entries lost)",
+            );
+        }
+        self.generation(conn).await
     }
 }
 
-/// The entries of an `XREAD` reply (of one stream): each one's position and its message (the
-/// `m` field), moved out of the reply as it came: a node reads every revocation, and the
-/// redis crate's typed stream reply would copy each one and build a map for it.
-fn stream_entries(reply: redis::Value) -> Vec<(Option<Position>, Option<Vec<u8>>)> {
+/// Empties the local tier and tells the subscribers to re-check what they hold, saying `why`.
+fn resync(local: &Local, why: &'static str) {
+    metrics::counter!(telemetry::SHARED_CACHE_RESYNCS_TOTAL).increment(1);
+    tracing::warn!(
+        why,
+        "revocations may have been missed: the local cache is emptied and sessions re-check \
+         their tokens"
+    );
+    local.revoke_all(Revocation::Recheck);
+}
+
+/// One entry of an `XREAD` reply, its parts moved out of the reply.
+#[derive(Debug, Default, PartialEq)]
+struct Entry {
+    /// Its id.
+    position: Option<Position>,
+    /// Its message (field `m`).
+    message: Option<Vec<u8>>,
+    /// Its message's MAC (field `s`), in hex.
+    mac: Option<Vec<u8>>,
+    /// The id of the entry before it (field `p`).
+    prev: Option<Vec<u8>>,
+}
+
+/// The entries of an `XREAD` reply (of one stream), moved out of the reply as it came: a node
+/// reads every revocation, and the redis crate's typed stream reply would copy each one and
+/// build a map for it.
+fn stream_entries(reply: redis::Value) -> Vec<Entry> {
     use redis::Value;
     // RESP2: [[stream, entries], ..]; RESP3: {stream: entries, ..}.
     let streams: Vec<Value> = match reply {
@@ -349,16 +487,25 @@ fn stream_entries(reply: redis::Value) -> Vec<(Option<Position>, Option<Vec<u8>>
     entries
         .map(|entry| {
             let Value::Array(entry) = entry else {
-                return (None, None);
+                return Entry::default();
             };
             let mut parts = entry.into_iter();
-            let position = (parts.next().and_then(bytes))
-                .and_then(|id| Position::parse(std::str::from_utf8(&id).ok()?));
-            let message = (parts.next().map(pairs).unwrap_or_default())
-                .into_iter()
-                .find_map(|(name, value)| (bytes(name).as_deref() == Some(b"m")).then_some(value))
-                .and_then(bytes);
-            (position, message)
+            let mut read = Entry {
+                position: (parts.next().and_then(bytes)).and_then(|id| Position::parse_bytes(&id)),
+                ..Entry::default()
+            };
+            for (name, value) in parts.next().map(pairs).unwrap_or_default() {
+                let slot = match bytes(name).as_deref() {
+                    Some(b"m") => &mut read.message,
+                    Some(b"s") => &mut read.mac,
+                    Some(b"p") => &mut read.prev,
+                    _ => continue,
+                };
+                if slot.is_none() {
+                    *slot = bytes(value);
+                }
+            }
+            read
         })
         .collect()
 }
@@ -443,7 +590,10 @@ mod tests {
         let entries = || {
             Value::Array(vec![
                 entry("1700-0", &[("m", "first")]),
-                entry("1700-1", &[("x", "y"), ("m", "second")]),
+                entry(
+                    "1700-1",
+                    &[("x", "y"), ("m", "second"), ("s", "mac"), ("p", "1700-0")],
+                ),
                 entry("1700-2", &[("x", "no message")]),
                 entry("not-an-id", &[("m", "third")]),
                 Value::Int(7),
@@ -454,7 +604,7 @@ mod tests {
         let resp3 = Value::Map(vec![(stream(), entries())]);
         for reply in [resp2, resp3] {
             let read = stream_entries(reply);
-            let positions: Vec<_> = read.iter().map(|(p, _)| *p).collect();
+            let positions: Vec<_> = read.iter().map(|e| e.position).collect();
             assert_eq!(
                 positions,
                 [
@@ -465,7 +615,7 @@ mod tests {
                     None
                 ]
             );
-            let messages: Vec<_> = read.into_iter().map(|(_, m)| m).collect();
+            let messages: Vec<_> = read.iter().map(|e| e.message.clone()).collect();
             assert_eq!(
                 messages,
                 [
@@ -475,6 +625,12 @@ mod tests {
                     Some(b"third".to_vec()),
                     None
                 ]
+            );
+            assert_eq!(read[1].mac.as_deref(), Some(&b"mac"[..]));
+            assert_eq!(read[1].prev.as_deref(), Some(&b"1700-0"[..]));
+            assert_eq!(
+                (read[0].mac.as_deref(), read[0].prev.as_deref()),
+                (None, None)
             );
         }
         assert!(

@@ -59,6 +59,9 @@ pub struct RedisTier {
     pub(super) username: Option<String>,
     /// Password for the data nodes where their URL has none.
     pub(super) password: Option<String>,
+    /// How far this node's wall clock is taken to be ahead of the real one, in ms (negative:
+    /// behind); tests only, to play a node whose clock is off.
+    pub(super) clock_offset_ms: i64,
 }
 
 /// The servers of a [`RedisTier`].
@@ -86,6 +89,7 @@ impl RedisTier {
             root_certificate: None,
             username: None,
             password: None,
+            clock_offset_ms: 0,
         }
     }
 
@@ -189,6 +193,19 @@ impl RedisTier {
     pub fn stream_len(self, revocations: u64) -> Self {
         RedisTier {
             stream_len: revocations.max(1),
+            ..self
+        }
+    }
+}
+
+impl RedisTier {
+    /// Tests only: this node's wall clock taken to be `ms` milliseconds ahead of the real one
+    /// (behind when negative), wherever the tier reads it (sealed expiries, the time a
+    /// revocation is made). Not a setting for production.
+    #[doc(hidden)]
+    pub fn node_clock_offset_ms(self, ms: i64) -> Self {
+        RedisTier {
+            clock_offset_ms: ms,
             ..self
         }
     }
