@@ -8,9 +8,11 @@
 //! ([`Admitted`]); the connection's slot goes with it.
 //!
 //! A connection with no call in flight for the idle timeout is closed: the stream reads as
-//! ended, and hyper closes it (tonic has no idle timeout; HTTP/2 pings keep a connection busy
-//! in bytes but not in calls). Its calls ([`Call`], begun by the service through the
-//! connection's [`Connection`] in the request's extensions) hold it open.
+//! ended, and hyper closes it (tonic has no idle timeout, nor a way to send one connection
+//! `GOAWAY`; HTTP/2 pings keep a connection busy in bytes but not in calls). Its calls
+//! ([`Call`], begun by the service through the connection's [`Connection`] in the request's
+//! extensions) hold it open, and it is not closed within [`SETTLE`] of reading bytes, so that
+//! a request read as the timeout ends has begun its call first.
 
 use std::future::Future;
 use std::io;
@@ -32,6 +34,12 @@ use tonic::transport::server::Connected;
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Connections admitted and not yet taken by the server.
 const WAITING: usize = 64;
+/// How long after it last read bytes the reader waits before it may close a connection as
+/// idle (half the idle timeout if that is shorter): a request read just before the timeout
+/// has begun its call by then. A ping's answer is read too, and delays the close by no more
+/// than this; a client that sends bytes more often than this, and no call, is bounded by the
+/// connection's maximum age instead.
+const SETTLE: Duration = Duration::from_millis(250);
 
 /// A connection that opened with the preface, holding its slot until it closes.
 pub(crate) struct Admitted {
@@ -45,6 +53,8 @@ pub(crate) struct Admitted {
     idle_timeout: Duration,
     /// Fires at the end of the current idle period.
     idle: Pin<Box<Sleep>>,
+    /// When bytes were last read.
+    last_read: Instant,
 }
 
 /// What the calls of one connection tell its reader.
@@ -126,6 +136,7 @@ pub(crate) fn admit(
                             }),
                             idle_timeout,
                             idle: Box::pin(tokio::time::sleep_until(now + idle_timeout)),
+                            last_read: now,
                         };
                         let _ = admitted.send(Ok(connection)).await;
                     }
@@ -161,7 +172,11 @@ impl AsyncRead for Admitted {
             self.replayed += n;
             return Poll::Ready(Ok(()));
         }
+        let before = buf.filled().len();
         if let Poll::Ready(read) = Pin::new(&mut self.stream).poll_read(cx, buf) {
+            if buf.filled().len() > before {
+                self.last_read = Instant::now();
+            }
             return Poll::Ready(read);
         }
         if self.idle_for_too_long(cx) {
@@ -182,7 +197,8 @@ impl Admitted {
             return false;
         }
         let since = *(self.activity.idle_since.lock()).unwrap_or_else(PoisonError::into_inner);
-        let deadline = since + self.idle_timeout;
+        let settled = self.last_read + SETTLE.min(self.idle_timeout / 2);
+        let deadline = (since + self.idle_timeout).max(settled);
         if self.idle.deadline() != deadline {
             self.idle.as_mut().reset(deadline);
         }
