@@ -1,34 +1,44 @@
 //! Telling game servers of revocations: `POST {target}/admin/revoke` with the admin secret as
-//! bearer, `{"user_id": N, "session": "…", "auth_url": "…"}` when a session logs out (the `sid`
-//! that `/api/user` answers for its tokens: one call however many tokens it took) and
-//! `{"user_id": N, "auth_url": "…"}` when a user is banned. `auth_url` is this API's public
-//! base URL ([`ApiConfig::public_url`](super::ApiConfig::public_url)), so that a game server
-//! revokes the sessions of rooms on this integrator whatever its own default authUrl is.
+//! bearer, `{"user_id": N, "session": "…", "auth_url": "…", "at": T}` when a session logs out
+//! (the `sid` that `/api/user` answers for its tokens: one call however many tokens it took)
+//! and `{"user_id": N, "auth_url": "…", "at": T}` when a user is banned. `auth_url` is this
+//! API's public base URL ([`ApiConfig::public_url`](super::ApiConfig::public_url)), so that a
+//! game server revokes the sessions of rooms on this integrator whatever its own default
+//! authUrl is; `at` is when the revocation was made, in Unix milliseconds, so that one
+//! delivered late closes what it named then, not a session a later login opened.
 //!
 //! Each target has an outbox and one worker delivering from it, in the background: the logout
 //! or the ban never waits for it. The outbox is bounded and coalescing:
 //!
-//! - bans go first and are never dropped: one per user, and past [`MAX_PENDING_BANS`] they
-//!   widen into one `{"all": true}` (every cached answer on the game server re-resolved), which
-//!   revokes them all;
+//! - bans go first and are never dropped: one per user (a second ban of a user still waiting
+//!   moves its `at` to the later one), and past [`MAX_PENDING_BANS`] they widen into one
+//!   `{"all": true, "at": T}` (every cached answer on the game server re-resolved, `T` the
+//!   latest ban's), which revokes them all; a ban queued after that `all` waits behind it and
+//!   is delivered too, and the `all` is taken out only once delivered with the `at` it has
+//!   then;
 //! - logouts wait behind the bans, one per session, at most [`MAX_PENDING_LOGOUTS`]: past that
 //!   the oldest is dropped and logged (its tokens still end at their expiry);
-//! - a delivery that fails is retried with a doubling backoff (capped at [`MAX_BACKOFF`]) until
-//!   it is taken, refused for good (400, 401, 403, 404, 405: logged), or older than the retry
-//!   window ([`ApiConfig::notify_retry_for`](super::ApiConfig::notify_retry_for)): then dropped
-//!   and logged as undelivered.
+//! - a delivery counts only when the game server answers 200 (or another 2xx but 202): a 202
+//!   or a 503 (the revocation is pending on that node: its link to the shared tier is down) is
+//!   retried after its `Retry-After` (at most [`MAX_RETRY_AFTER`]), and so are 401, 403, 404
+//!   (a secret or an admin URL wrong for now: fixed by a redeploy, logged once per change),
+//!   every other status and every transport error, with a doubling backoff (capped at
+//!   [`MAX_BACKOFF`]), until it is taken or older than the retry window
+//!   ([`ApiConfig::notify_retry_for`](super::ApiConfig::notify_retry_for)): then dropped and
+//!   logged as undelivered. Only a status that says the body itself is at fault (400, 405,
+//!   413, 415, 422) is given up on at once, logged and counted as dropped.
 //!
 //! What is pending per target is in [`Notifier::pending`] (`GET /api/admin/notifications`).
 //! Neither the secret nor any token is ever logged.
 //!
 //! It does not own deciding what to revoke: `handlers` and `admin` do.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use serde::Serialize;
 use tokio::sync::Notify;
 use url::Url;
@@ -39,6 +49,8 @@ use super::config::{notify_url, AdminSecret, ApiConfigError};
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest wait between two tries: a healed path is used within this.
 pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// The longest `Retry-After` honoured: a game server cannot park its notices for longer.
+pub(super) const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// Deadline of one try, connection included.
 const TRY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Deadline to connect, within [`TRY_TIMEOUT`].
@@ -59,54 +71,84 @@ pub(super) enum Notice {
     All,
 }
 
-impl Notice {
+/// A notice with when its revocation was made, in Unix milliseconds: what one try sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamped {
+    notice: Notice,
+    at: u64,
+}
+
+impl Stamped {
     /// The JSON body, naming `auth_url` when it is known.
     fn body(&self, auth_url: Option<&str>) -> String {
-        let mut body = match self {
+        let mut body = match &self.notice {
             Notice::User(user_id) => serde_json::json!({ "user_id": user_id }),
             Notice::Session { user_id, session } => {
                 serde_json::json!({ "user_id": user_id, "session": &**session })
             }
-            Notice::All => return serde_json::json!({ "all": true }).to_string(),
+            Notice::All => serde_json::json!({ "all": true }),
         };
-        if let Some(auth_url) = auth_url {
+        body["at"] = self.at.into();
+        if let (Some(auth_url), false) = (auth_url, self.notice == Notice::All) {
             body["auth_url"] = auth_url.into();
         }
         body.to_string()
     }
 }
 
+/// Now, in Unix milliseconds.
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A revocation of everything waiting.
+#[derive(Debug, Clone, Copy)]
+struct AllPending {
+    /// When the latest revocation it stands for was made (Unix ms): what it is sent with.
+    at: u64,
+    /// When the first was queued: its age.
+    since: Instant,
+    /// When the latest was queued: the retry window counts from here.
+    renewed: Instant,
+}
+
 /// What waits to be delivered to one target.
 #[derive(Default)]
 struct Outbox {
-    /// Bans waiting, oldest first, with when each was made.
+    /// A revocation of everything waiting, if any: it goes first.
+    all: Option<AllPending>,
+    /// Bans waiting, oldest first, with when each was queued.
     bans: VecDeque<(i64, Instant)>,
-    /// The users in `bans`, so that a second ban of one is not queued twice.
-    banned: HashSet<i64>,
-    /// Bans widened into one revocation of everything, since this moment.
-    all_since: Option<Instant>,
+    /// The users in `bans`, each with when its latest ban was made (Unix ms).
+    banned: HashMap<i64, u64>,
     /// Logouts waiting, oldest first.
-    logouts: VecDeque<(Notice, Instant)>,
+    logouts: VecDeque<(Stamped, Instant)>,
     /// Revocations taken by the game server so far.
     delivered: u64,
-    /// Revocations given up on: logouts dropped at the bound, and any past the retry window.
+    /// Revocations given up on: logouts dropped at the bound, any past the retry window, and
+    /// any whose body the game server refused.
     dropped: u64,
     /// Why the last failed try failed, without any secret.
     last_error: Option<String>,
 }
 
 impl Outbox {
-    /// Queues `notice`, coalescing and bounding as the module says.
-    fn push(&mut self, notice: Notice, now: Instant) {
+    /// Queues `notice`, made at `at` (Unix ms), coalescing and bounding as the module says.
+    fn push(&mut self, notice: Notice, at: u64, now: Instant) {
         match notice {
-            Notice::All => {
-                self.all_since.get_or_insert(now);
-            }
-            Notice::User(_) if self.all_since.is_some() => {}
-            Notice::User(user_id) if self.banned.insert(user_id) => {
+            Notice::All => self.push_all(at, now, now),
+            Notice::User(user_id) => {
+                if let Some(latest) = self.banned.get_mut(&user_id) {
+                    *latest = (*latest).max(at);
+                    return;
+                }
+                self.banned.insert(user_id, at);
                 self.bans.push_back((user_id, now));
                 if self.bans.len() > MAX_PENDING_BANS {
-                    let oldest = self.bans.front().map_or(now, |&(_, at)| at);
+                    let oldest = self.bans.front().map_or(now, |&(_, queued)| queued);
+                    let latest = self.banned.values().copied().max().unwrap_or(at);
                     tracing::warn!(
                         pending = self.bans.len(),
                         "too many bans pending for one game server: they become one revocation \
@@ -114,11 +156,9 @@ impl Outbox {
                     );
                     self.bans.clear();
                     self.banned.clear();
-                    self.all_since = Some(oldest);
+                    self.push_all(latest, oldest, now);
                 }
             }
-            Notice::User(_) => {}
-            Notice::Session { user_id, .. } if self.banned.contains(&user_id) => {}
             session => {
                 if self.logouts.len() >= MAX_PENDING_LOGOUTS {
                     self.logouts.pop_front();
@@ -128,21 +168,45 @@ impl Outbox {
                         "too many logouts pending for one game server: the oldest is dropped"
                     );
                 }
-                self.logouts.push_back((session, now));
+                let stamped = Stamped {
+                    notice: session,
+                    at,
+                };
+                self.logouts.push_back((stamped, now));
+            }
+        }
+    }
+
+    /// Queues a revocation of everything made at `at`, standing for revocations queued from
+    /// `since`, the latest at `now`; merged into one already waiting, which then names the
+    /// later `at`.
+    fn push_all(&mut self, at: u64, since: Instant, now: Instant) {
+        match &mut self.all {
+            Some(all) => {
+                all.at = all.at.max(at);
+                all.since = all.since.min(since);
+                all.renewed = now;
+            }
+            None => {
+                self.all = Some(AllPending {
+                    at,
+                    since,
+                    renewed: now,
+                });
             }
         }
     }
 
     /// The next notice to deliver (everything first, then bans, then logouts), after dropping
     /// what is older than `retry_for`.
-    fn next(&mut self, now: Instant, retry_for: Duration) -> Option<Notice> {
-        let expired = |at: Instant| now.saturating_duration_since(at) > retry_for;
-        if self.all_since.is_some_and(expired) {
-            self.all_since = None;
+    fn next(&mut self, now: Instant, retry_for: Duration) -> Option<Stamped> {
+        let expired = |queued: Instant| now.saturating_duration_since(queued) > retry_for;
+        if self.all.is_some_and(|all| expired(all.renewed)) {
+            self.all = None;
             self.give_up(1);
         }
-        while let Some(&(user_id, at)) = self.bans.front() {
-            if !expired(at) {
+        while let Some(&(user_id, queued)) = self.bans.front() {
+            if !expired(queued) {
                 break;
             }
             self.bans.pop_front();
@@ -152,33 +216,45 @@ impl Outbox {
         let stale = self
             .logouts
             .iter()
-            .take_while(|(_, at)| expired(*at))
+            .take_while(|(_, queued)| expired(*queued))
             .count();
         if stale > 0 {
             self.logouts.drain(..stale);
             self.give_up(stale);
         }
-        if self.all_since.is_some() {
-            Some(Notice::All)
+        if let Some(all) = self.all {
+            Some(Stamped {
+                notice: Notice::All,
+                at: all.at,
+            })
         } else if let Some(&(user_id, _)) = self.bans.front() {
-            Some(Notice::User(user_id))
+            Some(Stamped {
+                notice: Notice::User(user_id),
+                at: self.banned.get(&user_id).copied().unwrap_or_default(),
+            })
         } else {
-            self.logouts.front().map(|(notice, _)| notice.clone())
+            self.logouts.front().map(|(stamped, _)| stamped.clone())
         }
     }
 
-    /// Takes `notice` out once it was delivered or refused for good, unless it went meanwhile.
-    fn done(&mut self, notice: &Notice) {
-        match notice {
-            Notice::All => self.all_since = None,
+    /// Takes `sent` out once it was delivered or refused for good, unless it went meanwhile
+    /// or was made later since (then it goes again, with its later `at`).
+    fn done(&mut self, sent: &Stamped) {
+        match &sent.notice {
+            Notice::All => {
+                if self.all.is_some_and(|all| all.at == sent.at) {
+                    self.all = None;
+                }
+            }
             Notice::User(user_id) => {
-                if self.bans.front().is_some_and(|(id, _)| id == user_id) {
+                let front = self.bans.front().is_some_and(|(id, _)| id == user_id);
+                if front && self.banned.get(user_id) == Some(&sent.at) {
                     self.bans.pop_front();
                     self.banned.remove(user_id);
                 }
             }
             Notice::Session { .. } => {
-                if self.logouts.front().is_some_and(|(n, _)| n == notice) {
+                if self.logouts.front().is_some_and(|(n, _)| n == sent) {
                     self.logouts.pop_front();
                 }
             }
@@ -194,7 +270,7 @@ impl Outbox {
     }
 
     fn pending(&self) -> usize {
-        usize::from(self.all_since.is_some()) + self.bans.len() + self.logouts.len()
+        usize::from(self.all.is_some()) + self.bans.len() + self.logouts.len()
     }
 }
 
@@ -277,10 +353,12 @@ impl Drop for Notifier {
 
 /// How one try ended.
 enum Try {
-    /// Taken, or refused for good: the next notice may go.
-    Done,
-    /// Not taken yet: try again later.
-    Again(String),
+    /// Taken: the next notice may go.
+    Delivered,
+    /// Refused for its body: another try would not change it; the next notice may go.
+    Refused,
+    /// Not taken yet: try again later, not before the wait the game server asked for.
+    Again(String, Option<Duration>),
 }
 
 impl Notifier {
@@ -337,11 +415,11 @@ impl Notifier {
         let _ = self.delivery.auth_url.set(Arc::from(base_url));
     }
 
-    /// Queues `notice` for every target. Returns at once.
+    /// Queues `notice` for every target, as made now. Returns at once.
     pub(super) fn send(&self, notice: Notice) {
-        let now = Instant::now();
+        let (now, at) = (Instant::now(), unix_ms());
         for target in &self.targets {
-            target.outbox().push(notice.clone(), now);
+            target.outbox().push(notice.clone(), at, now);
             target
                 .worker
                 .get_or_init(|| tokio::spawn(work(target.clone(), self.delivery.clone())));
@@ -357,7 +435,7 @@ impl Notifier {
             .map(|target| {
                 let outbox = target.outbox();
                 let oldest = [
-                    outbox.all_since,
+                    outbox.all.map(|all| all.since),
                     outbox.bans.front().map(|&(_, at)| at),
                     outbox.logouts.front().map(|&(_, at)| at),
                 ]
@@ -368,7 +446,7 @@ impl Notifier {
                     target: target.url.to_string(),
                     bans: outbox.bans.len(),
                     logouts: outbox.logouts.len(),
-                    revoke_all: outbox.all_since.is_some(),
+                    revoke_all: outbox.all.is_some(),
                     oldest_secs: oldest.map_or(0.0, |at| (now - at).as_secs_f64()),
                     delivered: outbox.delivered,
                     dropped: outbox.dropped,
@@ -389,72 +467,105 @@ async fn work(target: Arc<Target>, delivery: Arc<Delivery>) {
     let mut backoff = FIRST_BACKOFF;
     loop {
         let next = target.outbox().next(Instant::now(), delivery.retry_for);
-        let Some(notice) = next else {
+        let Some(stamped) = next else {
             target.queued.notified().await;
             continue;
         };
-        match try_once(&delivery, &target.url, &notice).await {
-            Try::Done => {
+        let tried = try_once(&delivery, &target.url, &stamped).await;
+        let retry_after = match tried {
+            Try::Delivered | Try::Refused => {
                 let mut outbox = target.outbox();
-                outbox.done(&notice);
-                outbox.delivered += 1;
+                outbox.done(&stamped);
+                if let Try::Delivered = tried {
+                    outbox.delivered += 1;
+                } else {
+                    outbox.dropped += 1;
+                }
                 backoff = FIRST_BACKOFF;
+                continue;
             }
-            Try::Again(why) => {
-                target.outbox().last_error = Some(why);
-                let jitter = 0.8 + fastrand::f64() * 0.4;
-                tokio::time::sleep(backoff.mul_f64(jitter)).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+            Try::Again(why, retry_after) => {
+                let mut outbox = target.outbox();
+                if outbox.last_error.as_ref() != Some(&why) {
+                    tracing::warn!(
+                        target = %target.url,
+                        error = %why,
+                        "revocation not taken by the game server yet: retrying"
+                    );
+                }
+                outbox.last_error = Some(why);
+                retry_after
             }
-        }
+        };
+        let jitter = 0.8 + fastrand::f64() * 0.4;
+        let wait = backoff
+            .mul_f64(jitter)
+            .max(retry_after.unwrap_or_default().min(MAX_RETRY_AFTER));
+        tokio::time::sleep(wait).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 
-/// One try at delivering `notice` to `url`.
-async fn try_once(delivery: &Delivery, url: &Url, notice: &Notice) -> Try {
+/// One try at delivering `stamped` to `url`.
+async fn try_once(delivery: &Delivery, url: &Url, stamped: &Stamped) -> Try {
     let auth_url = delivery.auth_url.get().map(|url| &**url);
     let sent = delivery
         .client
         .post(url.clone())
         .bearer_auth(delivery.secret.expose())
         .header(header::CONTENT_TYPE, "application/json")
-        .body(notice.body(auth_url))
+        .body(stamped.body(auth_url))
         .send()
         .await;
-    match sent.map(|response| response.status()) {
-        Ok(status) if status.is_success() => {
-            tracing::debug!(target = %url, "revocation delivered");
-            Try::Done
-        }
-        Ok(status) if refused_for_good(status) => {
-            tracing::warn!(
-                target = %url,
-                status = status.as_u16(),
-                "game server refused the revocation (check its admin secret and URL)"
-            );
-            Try::Done
-        }
-        Ok(status) => {
-            tracing::debug!(target = %url, status = status.as_u16(), "revocation not taken yet");
-            Try::Again(format!("answered {status}"))
-        }
+    let response = match sent {
+        Ok(response) => response,
         Err(error) => {
             let error = error.without_url();
             tracing::debug!(target = %url, %error, "revocation not delivered yet");
-            Try::Again(error.to_string())
+            return Try::Again(error.to_string(), None);
         }
+    };
+    let status = response.status();
+    if status.is_success() && status != StatusCode::ACCEPTED {
+        tracing::debug!(target = %url, "revocation delivered");
+        return Try::Delivered;
     }
+    if refused_for_good(status) {
+        tracing::warn!(
+            target = %url,
+            status = status.as_u16(),
+            "game server refused the revocation's body: not retried"
+        );
+        return Try::Refused;
+    }
+    tracing::debug!(target = %url, status = status.as_u16(), "revocation not taken yet");
+    let why = match status {
+        StatusCode::ACCEPTED | StatusCode::SERVICE_UNAVAILABLE => {
+            format!("answered {status}: pending on the game server")
+        }
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::NOT_FOUND => {
+            format!("answered {status}: check the game server's admin secret and URL")
+        }
+        _ => format!("answered {status}"),
+    };
+    Try::Again(why, retry_after(response.headers()))
 }
 
-/// Statuses that another try would not change.
+/// A `Retry-After` in seconds (the HTTP-date form is not used by game servers).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(header::RETRY_AFTER)?.to_str().ok()?;
+    value.trim().parse().ok().map(Duration::from_secs)
+}
+
+/// Statuses that say the body is at fault: another try of it would not change them.
 fn refused_for_good(status: StatusCode) -> bool {
     matches!(
         status,
         StatusCode::BAD_REQUEST
-            | StatusCode::UNAUTHORIZED
-            | StatusCode::FORBIDDEN
-            | StatusCode::NOT_FOUND
             | StatusCode::METHOD_NOT_ALLOWED
+            | StatusCode::PAYLOAD_TOO_LARGE
+            | StatusCode::UNSUPPORTED_MEDIA_TYPE
+            | StatusCode::UNPROCESSABLE_ENTITY
     )
 }
 
@@ -469,26 +580,56 @@ mod tests {
         }
     }
 
+    fn stamped(notice: Notice, at: u64) -> Stamped {
+        Stamped { notice, at }
+    }
+
     #[test]
     fn bans_go_before_logouts_and_a_second_ban_of_one_user_is_not_queued() {
         let mut outbox = Outbox::default();
         let now = Instant::now();
-        outbox.push(logout(1, "a"), now);
-        outbox.push(Notice::User(2), now);
-        outbox.push(Notice::User(2), now);
+        outbox.push(logout(1, "a"), 1, now);
+        outbox.push(Notice::User(2), 2, now);
+        outbox.push(Notice::User(2), 3, now);
         assert_eq!(outbox.pending(), 2);
-        assert_eq!(outbox.next(now, Duration::MAX), Some(Notice::User(2)));
-        outbox.done(&Notice::User(2));
-        assert_eq!(outbox.next(now, Duration::MAX), Some(logout(1, "a")));
+        let ban = outbox.next(now, Duration::MAX);
+        assert_eq!(
+            ban,
+            Some(stamped(Notice::User(2), 3)),
+            "the later ban's time"
+        );
+        outbox.done(&stamped(Notice::User(2), 3));
+        assert_eq!(
+            outbox.next(now, Duration::MAX),
+            Some(stamped(logout(1, "a"), 1))
+        );
     }
 
     #[test]
-    fn a_logout_of_a_banned_user_waiting_is_covered_by_the_ban() {
+    fn a_ban_made_again_while_the_first_was_being_sent_is_sent_again() {
+        // The first try carried the first ban's time; the user was unbanned and banned again
+        // meanwhile: taking out the first must leave the second, with its own time.
         let mut outbox = Outbox::default();
         let now = Instant::now();
-        outbox.push(Notice::User(7), now);
-        outbox.push(logout(7, "s"), now);
-        assert_eq!(outbox.pending(), 1);
+        outbox.push(Notice::User(7), 10, now);
+        let first = outbox.next(now, Duration::MAX).unwrap();
+        outbox.push(Notice::User(7), 20, now);
+        outbox.done(&first);
+        assert_eq!(
+            outbox.next(now, Duration::MAX),
+            Some(stamped(Notice::User(7), 20))
+        );
+    }
+
+    #[test]
+    fn a_logout_of_a_banned_user_is_kept_beside_the_ban() {
+        // The ban closes what the user held when it was made; a logout made after it may name
+        // a session opened since (after an unban): both go.
+        let mut outbox = Outbox::default();
+        let now = Instant::now();
+        outbox.push(Notice::User(7), 1, now);
+        outbox.push(logout(7, "s"), 2, now);
+        assert_eq!(outbox.pending(), 2);
     }
 
     #[test]
@@ -496,10 +637,57 @@ mod tests {
         let mut outbox = Outbox::default();
         let now = Instant::now();
         for user_id in 0..=MAX_PENDING_BANS as i64 {
-            outbox.push(Notice::User(user_id), now);
+            outbox.push(Notice::User(user_id), 1_000 + user_id as u64, now);
         }
         assert_eq!((outbox.pending(), outbox.dropped), (1, 0));
-        assert_eq!(outbox.next(now, Duration::MAX), Some(Notice::All));
+        assert_eq!(
+            outbox.next(now, Duration::MAX),
+            Some(stamped(Notice::All, 1_000 + MAX_PENDING_BANS as u64)),
+            "the latest ban's time, so that it covers every ban it stands for"
+        );
+    }
+
+    #[test]
+    fn a_ban_that_arrives_during_a_revocation_of_everything_is_kept() {
+        // The `all` is being sent (made before the ban): the ban is queued behind it and
+        // delivered after it, not swallowed.
+        let mut outbox = Outbox::default();
+        let now = Instant::now();
+        for user_id in 0..=MAX_PENDING_BANS as i64 {
+            outbox.push(Notice::User(user_id), 1, now);
+        }
+        let all = outbox.next(now, Duration::MAX).unwrap();
+        assert_eq!(all.notice, Notice::All);
+        outbox.push(Notice::User(42), 2, now);
+        assert_eq!(outbox.pending(), 2);
+        assert_eq!(
+            outbox.next(now, Duration::MAX),
+            Some(all.clone()),
+            "all first"
+        );
+        outbox.done(&all);
+        assert_eq!(
+            outbox.next(now, Duration::MAX),
+            Some(stamped(Notice::User(42), 2))
+        );
+    }
+
+    #[test]
+    fn a_revocation_of_everything_made_again_while_one_is_sent_is_sent_again() {
+        // Bans that overflow again while the first `all` is on its way widen into an `all` of
+        // their later time: delivering the first does not take out the second.
+        let mut outbox = Outbox::default();
+        let now = Instant::now();
+        outbox.push(Notice::All, 5, now);
+        let first = outbox.next(now, Duration::MAX).unwrap();
+        outbox.push(Notice::All, 9, now);
+        outbox.done(&first);
+        assert_eq!(
+            outbox.next(now, Duration::MAX),
+            Some(stamped(Notice::All, 9))
+        );
+        outbox.done(&stamped(Notice::All, 9));
+        assert_eq!(outbox.pending(), 0);
     }
 
     #[test]
@@ -507,23 +695,26 @@ mod tests {
         let mut outbox = Outbox::default();
         let now = Instant::now();
         for i in 0..=MAX_PENDING_LOGOUTS {
-            outbox.push(logout(1, &i.to_string()), now);
+            outbox.push(logout(1, &i.to_string()), 1, now);
         }
         assert_eq!((outbox.pending(), outbox.dropped), (MAX_PENDING_LOGOUTS, 1));
-        assert_eq!(outbox.next(now, Duration::MAX), Some(logout(1, "1")));
+        assert_eq!(
+            outbox.next(now, Duration::MAX),
+            Some(stamped(logout(1, "1"), 1))
+        );
     }
 
     #[test]
     fn notices_older_than_the_retry_window_are_given_up_on() {
         let mut outbox = Outbox::default();
         let then = Instant::now();
-        outbox.push(Notice::User(1), then);
-        outbox.push(logout(2, "x"), then);
+        outbox.push(Notice::User(1), 1, then);
+        outbox.push(logout(2, "x"), 1, then);
         let later = then + Duration::from_secs(11);
-        outbox.push(logout(3, "y"), later);
+        outbox.push(logout(3, "y"), 2, later);
         assert_eq!(
             outbox.next(later, Duration::from_secs(10)),
-            Some(logout(3, "y"))
+            Some(stamped(logout(3, "y"), 2))
         );
         assert_eq!((outbox.pending(), outbox.dropped), (1, 2));
     }
@@ -532,19 +723,37 @@ mod tests {
     fn a_notice_that_went_meanwhile_is_not_taken_out_twice() {
         let mut outbox = Outbox::default();
         let now = Instant::now();
-        outbox.push(logout(1, "a"), now);
-        outbox.push(logout(1, "b"), now);
-        outbox.done(&logout(1, "b"));
+        outbox.push(logout(1, "a"), 1, now);
+        outbox.push(logout(1, "b"), 1, now);
+        outbox.done(&stamped(logout(1, "b"), 1));
         assert_eq!(outbox.pending(), 2, "b was not at the front");
     }
 
     #[test]
-    fn the_body_names_the_auth_url_and_never_more() {
+    fn the_body_names_the_auth_url_and_the_time_and_never_more() {
         assert_eq!(
-            logout(4, "sid").body(Some("https://api.example")),
-            r#"{"auth_url":"https://api.example","session":"sid","user_id":4}"#
+            stamped(logout(4, "sid"), 17).body(Some("https://api.example")),
+            r#"{"at":17,"auth_url":"https://api.example","session":"sid","user_id":4}"#
         );
-        assert_eq!(Notice::User(4).body(None), r#"{"user_id":4}"#);
-        assert_eq!(Notice::All.body(Some("x")), r#"{"all":true}"#);
+        assert_eq!(
+            stamped(Notice::User(4), 18).body(None),
+            r#"{"at":18,"user_id":4}"#
+        );
+        assert_eq!(
+            stamped(Notice::All, 19).body(Some("x")),
+            r#"{"all":true,"at":19}"#
+        );
+    }
+
+    #[test]
+    fn a_status_is_given_up_on_only_when_the_body_is_at_fault() {
+        for status in [401, 403, 404, 408, 429, 500, 502, 503, 202] {
+            let status = StatusCode::from_u16(status).unwrap();
+            assert!(!refused_for_good(status), "{status}");
+        }
+        for status in [400, 405, 413, 415, 422] {
+            let status = StatusCode::from_u16(status).unwrap();
+            assert!(refused_for_good(status), "{status}");
+        }
     }
 }

@@ -7,7 +7,7 @@ use token_resolver_support as support;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use serde_json::json;
+use serde_json::{json, Value};
 use support::{eventually, json_of, reference_api_with, ApiCalls, RevokeRecorder};
 use token_resolver_reference_api::{
     AdminSecret, ApiConfig, RunningApi, SessionLimits, MAX_TOKENS_PER_SESSION,
@@ -34,6 +34,26 @@ async fn settled_calls(recorder: &RevokeRecorder, n: usize) -> Vec<support::Revo
     eventually(&format!("{n} revoke calls"), || recorder.calls().len() >= n).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     recorder.calls()
+}
+
+/// Now, in Unix milliseconds.
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// `body` without its `at`, which must be a time in Unix milliseconds within `made`: when the
+/// revocation it tells of was made.
+fn dated(body: &Value, made: std::ops::RangeInclusive<u64>) -> Value {
+    let at = body["at"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no at: {body}"));
+    assert!(made.contains(&at), "at {at} outside {made:?}");
+    let mut body = body.clone();
+    body.as_object_mut().unwrap().remove("at");
+    body
 }
 
 fn unix_now() -> u64 {
@@ -65,12 +85,14 @@ async fn logout_notifies_the_session_once_by_its_sid_with_the_auth_url_and_the_s
     assert_eq!(sid_of(&live[1]).await, sid, "one sid per session");
     assert_ne!(sid_of(&other).await, sid, "another session, another sid");
 
+    let before = unix_ms();
     assert_eq!(api.logout(&ending).await.status(), 204);
+    let after = unix_ms();
 
     let calls = settled_calls(&recorder, 1).await;
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(
-        calls[0].body,
+        dated(&calls[0].body, before..=after),
         json!({ "user_id": 1, "session": sid, "auth_url": running.base_url() })
     );
     assert_eq!(calls[0].method, "POST");
@@ -118,7 +140,7 @@ async fn the_public_url_is_the_auth_url_of_every_notification() {
     api.admin("ban", Some(&bearer()), r#"{"user_id":2}"#).await;
     let calls = settled_calls(&recorder, 1).await;
     assert_eq!(
-        calls[0].body,
+        dated(&calls[0].body, 0..=unix_ms()),
         json!({ "user_id": 2, "auth_url": "https://auth.example.test" })
     );
 }
@@ -139,7 +161,9 @@ async fn a_game_server_down_for_longer_than_the_old_tries_still_gets_the_ban() {
     .await;
     let running = api_notifying(&[&recorder]).await;
     let api = ApiCalls::new(&running.base_url());
+    let banned = unix_ms();
     api.admin("ban", Some(&bearer()), r#"{"user_id":3}"#).await;
+    let made = banned..=unix_ms();
     eventually("a failed try", || !recorder.calls().is_empty()).await;
     assert_eq!(running.api().pending_notifications(), 1);
     let pending: serde_json::Value =
@@ -170,10 +194,9 @@ async fn a_game_server_down_for_longer_than_the_old_tries_still_gets_the_ban() {
         running.api().pending_notifications() == 0
     })
     .await;
-    assert!(recorder
-        .calls()
-        .iter()
-        .all(|c| c.body == json!({"user_id": 3, "auth_url": running.base_url()})));
+    assert!(recorder.calls().iter().all(|c| {
+        dated(&c.body, made.clone()) == json!({"user_id": 3, "auth_url": running.base_url()})
+    }));
 }
 
 #[tokio::test]
@@ -234,9 +257,70 @@ async fn a_failing_game_server_is_retried_until_it_takes_the_revocation() {
 }
 
 #[tokio::test]
-async fn a_game_server_refusing_the_secret_is_not_retried() {
-    // A 401 (a wrong secret at the game server) will not pass later: one call, no retries.
-    let recorder = RevokeRecorder::scripted(|_| (401, Duration::ZERO)).await;
+async fn a_game_server_answering_401_404_or_503_has_not_taken_the_ban_yet() {
+    // 401 (a secret the game server does not know yet), 404 (an authUrl it does not serve yet,
+    // or an admin URL wrong for now) and 503 with Retry-After (pending on that node: its link
+    // to the shared tier is down) are not deliveries: the ban stays pending, shown as such,
+    // and is tried again (not before the Retry-After) until a 200 takes it.
+    let recorder = RevokeRecorder::scripted_retry_after(|n| match n {
+        0 => (401, Duration::ZERO, None),
+        1 => (404, Duration::ZERO, None),
+        2 => (503, Duration::ZERO, Some(3)),
+        _ => (200, Duration::ZERO, None),
+    })
+    .await;
+    let running = api_notifying(&[&recorder]).await;
+    let api = ApiCalls::new(&running.base_url());
+    let before = unix_ms();
+    api.admin("ban", Some(&bearer()), r#"{"user_id":1}"#).await;
+    let after = unix_ms();
+    eventually("the 401", || !recorder.calls().is_empty()).await;
+    let pending = || async {
+        let answer = api.admin_get("notifications", &bearer()).await;
+        serde_json::from_str::<Value>(&answer).unwrap()["targets"][0].clone()
+    };
+    let target = pending().await;
+    assert_eq!(
+        (target["bans"].clone(), target["delivered"].clone()),
+        (json!(1), json!(0)),
+        "{target}"
+    );
+    eventually("the 503", || recorder.calls().len() == 3).await;
+    let target = pending().await;
+    assert_eq!(target["bans"], 1, "{target}");
+    assert!(
+        target["last_error"].as_str().unwrap().contains("503"),
+        "{target}"
+    );
+
+    let calls = settled_calls(&recorder, 4).await;
+    assert_eq!(calls.len(), 4, "delivered once, then no more: {calls:?}");
+    for call in &calls {
+        assert_eq!(
+            dated(&call.body, before..=after),
+            json!({ "user_id": 1, "auth_url": running.base_url() }),
+            "the same ban, made when it was, each time"
+        );
+    }
+    assert_eq!(calls[0].body, calls[3].body);
+    let after_503 = calls[3].at - calls[2].at;
+    assert!(
+        after_503 >= Duration::from_secs(3),
+        "Retry-After honoured: {after_503:?}"
+    );
+    let target = pending().await;
+    assert_eq!(
+        (target["bans"].clone(), target["delivered"].clone()),
+        (json!(0), json!(1)),
+        "{target}"
+    );
+}
+
+#[tokio::test]
+async fn a_game_server_refusing_the_body_is_not_retried() {
+    // A 400 (the body is at fault) will not pass later: one call, no retries, counted as
+    // dropped rather than delivered.
+    let recorder = RevokeRecorder::scripted(|_| (400, Duration::ZERO)).await;
     let running = api_notifying(&[&recorder]).await;
     let api = ApiCalls::new(&running.base_url());
     let cookie = api.session("alice", "wonderland").await;
@@ -245,6 +329,17 @@ async fn a_game_server_refusing_the_secret_is_not_retried() {
     eventually("one call", || recorder.calls().len() == 1).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(recorder.calls().len(), 1);
+    let answer = api.admin_get("notifications", &bearer()).await;
+    let target = serde_json::from_str::<Value>(&answer).unwrap()["targets"][0].clone();
+    assert_eq!(
+        (
+            target["logouts"].clone(),
+            target["dropped"].clone(),
+            target["delivered"].clone()
+        ),
+        (json!(0), json!(1), json!(0)),
+        "{target}"
+    );
 }
 
 #[tokio::test]
@@ -258,7 +353,9 @@ async fn ban_revokes_at_once_refuses_login_notifies_and_unban_lets_in() {
     let token = api.token(&cookie).await;
     let bob = api.token(&api.session("bob", "builder").await).await;
 
+    let before = unix_ms();
     let response = api.admin("ban", Some(&bearer()), r#"{"user_id":1}"#).await;
+    let after = unix_ms();
     assert_eq!(response.status(), 200);
     let body = json_of(response).await;
     assert_eq!(
@@ -278,7 +375,7 @@ async fn ban_revokes_at_once_refuses_login_notifies_and_unban_lets_in() {
     let calls = settled_calls(&recorder, 1).await;
     assert_eq!(calls.len(), 1);
     assert_eq!(
-        calls[0].body,
+        dated(&calls[0].body, before..=after),
         json!({ "user_id": 1, "auth_url": running.base_url() })
     );
     assert_eq!(calls[0].authorization.as_deref(), Some(bearer().as_str()));

@@ -1,6 +1,7 @@
 //! A stand-in for a game server's admin listener, as the reference API's `--notify` calls it:
 //! a real axum server on `127.0.0.1:0` that records every request to `/admin/revoke` (method,
-//! `Authorization`, body) and answers as the test scripts it, possibly after a delay.
+//! `Authorization`, body) and answers as the test scripts it, possibly after a delay and with a
+//! `Retry-After`.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -28,6 +29,10 @@ pub struct RevokeCall {
 /// How the recorder answers its `n`-th call (from 0): a status, after a delay.
 pub type Script = Arc<dyn Fn(usize) -> (u16, Duration) + Send + Sync>;
 
+/// How the recorder answers its `n`-th call (from 0): a status, after a delay, with a
+/// `Retry-After` of that many seconds if any.
+type FullScript = Arc<dyn Fn(usize) -> (u16, Duration, Option<u64>) + Send + Sync>;
+
 /// The recording game-server admin listener.
 pub struct RevokeRecorder {
     addr: SocketAddr,
@@ -44,6 +49,17 @@ impl RevokeRecorder {
     /// Answers the `n`-th call as `script(n)` says.
     pub async fn scripted(
         script: impl Fn(usize) -> (u16, Duration) + Send + Sync + 'static,
+    ) -> Self {
+        Self::scripted_retry_after(move |n| {
+            let (status, delay) = script(n);
+            (status, delay, None)
+        })
+        .await
+    }
+
+    /// Answers the `n`-th call as `script(n)` says, with a `Retry-After` when it gives one.
+    pub async fn scripted_retry_after(
+        script: impl Fn(usize) -> (u16, Duration, Option<u64>) + Send + Sync + 'static,
     ) -> Self {
         let calls = Arc::new(Mutex::new(Vec::new()));
         let state = Recorder {
@@ -76,7 +92,7 @@ impl RevokeRecorder {
 #[derive(Clone)]
 struct Recorder {
     calls: Arc<Mutex<Vec<RevokeCall>>>,
-    script: Script,
+    script: FullScript,
 }
 
 async fn record(
@@ -84,7 +100,7 @@ async fn record(
     method: Method,
     headers: HeaderMap,
     body: Bytes,
-) -> (StatusCode, String) {
+) -> axum::response::Response {
     let call = RevokeCall {
         method: method.to_string(),
         authorization: headers
@@ -98,12 +114,18 @@ async fn record(
         calls.push(call);
         calls.len() - 1
     };
-    let (status, delay) = (recorder.script)(n);
+    let (status, delay, retry_after) = (recorder.script)(n);
     tokio::time::sleep(delay).await;
-    (
+    let mut response = axum::response::IntoResponse::into_response((
         StatusCode::from_u16(status).unwrap(),
         r#"{"sessions_closed":0}"#.to_owned(),
-    )
+    ));
+    if let Some(seconds) = retry_after {
+        response
+            .headers_mut()
+            .insert("retry-after", seconds.to_string().parse().unwrap());
+    }
+    response
 }
 
 impl Drop for RevokeRecorder {
