@@ -273,10 +273,9 @@ impl SharedCache {
             .ok()
     }
 
-    /// The shared answer for (endpoint, token), fresh for what it has left in Redis and under
-    /// its seal, if Redis has one under this tier's seal and no tombstone of the token: a
-    /// `GET` and a `PTTL` of the entry and an `EXISTS` of its tombstone (the same hash tag),
-    /// sent together.
+    /// The shared answer for (endpoint, token), fresh for what its seal leaves it, if Redis
+    /// has one under this tier's seal and no tombstone of the token: a `GET` of the entry and
+    /// one of its tombstone (the same hash tag), sent together.
     pub(crate) async fn get(&self, endpoint: &str, token: &str) -> Option<Cached> {
         let generation = match self.core.generation() {
             Some(generation) => generation,
@@ -285,23 +284,22 @@ impl SharedCache {
         let digest = self.digest(endpoint, token);
         let key = self.core.keys.token(generation, &digest);
         let tombstone = self.core.keys.token_tombstone(generation, &digest);
-        let (value, pttl, tombstoned): (Option<Vec<u8>>, i64, bool) = self
+        let (value, tombstone): (Option<Vec<u8>>, Option<Vec<u8>>) = self
             .run("get", |mut conn| {
                 let (key, tombstone) = (key.clone(), tombstone.clone());
-                let (mut other, mut third) = (conn.clone(), conn.clone());
+                let mut other = conn.clone();
                 async move {
-                    let (mut get, mut pttl, mut exists) =
-                        (redis::cmd("GET"), redis::cmd("PTTL"), redis::cmd("EXISTS"));
+                    // Two single-key commands sent together: the cluster client follows an
+                    // `ASK` (a slot migrating) for each, which it did not for a third at once.
+                    let (mut get, mut tomb) = (redis::cmd("GET"), redis::cmd("GET"));
                     get.arg(&key);
-                    pttl.arg(&key);
-                    exists.arg(&tombstone);
-                    let (value, pttl, tombstoned) = futures_util::future::join3(
+                    tomb.arg(&tombstone);
+                    let (value, tombstone) = futures_util::future::join(
                         get.query_async(&mut conn),
-                        pttl.query_async(&mut other),
-                        exists.query_async(&mut third),
+                        tomb.query_async(&mut other),
                     )
                     .await;
-                    Ok((value?, pttl?, tombstoned?))
+                    Ok((value?, tombstone?))
                 }
             })
             .await?;
@@ -331,14 +329,15 @@ impl SharedCache {
                 return None;
             }
         };
-        if tombstoned {
+        if tombstone.is_some() {
             // This tier never writes under a tombstone: someone wrote it back.
             replayed("a value in Redis lies under its token's tombstone: ignored");
             metrics::counter!(telemetry::SHARED_CACHE_MISSES_TOTAL).increment(1);
             return None;
         }
-        let pttl = u64::try_from(pttl).ok().filter(|&ms| ms > 0)?;
-        let left = Duration::from_millis(pttl.min(expires_at - now));
+        // What the seal leaves: the writer's `PX` was the same, so Redis drops the key then too
+        // (give or take the clocks of the two nodes).
+        let left = Duration::from_millis(expires_at - now);
         self.hits.fetch_add(1, Ordering::Relaxed);
         metrics::counter!(telemetry::SHARED_CACHE_HITS_TOTAL).increment(1);
         Some(entry.cached(left))
