@@ -1,7 +1,8 @@
 //! The sidecar's event stream across a restart and without a reader, over real HTTP on
 //! loopback in front of the reference API: a stream that cannot prove it missed nothing is told
 //! to `resync`; the sessions of a game server that no longer reads are reclaimed; a session
-//! whose token has no `exp` is still checked again.
+//! whose token has no `exp` is still checked again; and one whose revocation the sidecar's
+//! follower missed is checked again too.
 
 use token_resolver_support as support;
 
@@ -137,21 +138,8 @@ async fn the_sessions_of_a_game_server_that_no_longer_reads_are_reclaimed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_whose_token_has_no_exp_is_checked_again_and_ends_when_it_falls() {
     let banned = Arc::new(AtomicBool::new(false));
-    let upstream = {
-        let banned = banned.clone();
-        Scripted::start(move |_, _| {
-            let banned = banned.load(Ordering::SeqCst);
-            async move {
-                if banned {
-                    respond(401, &[("www-authenticate", "Bearer")], b"")
-                } else {
-                    // No `exp`: nothing ends the session but a check.
-                    user_answer(7, "grace")
-                }
-            }
-        })
-        .await
-    };
+    // No `exp`: nothing ends the session but a check.
+    let upstream = banning_upstream(banned.clone()).await;
     let resolver = Resolver::builder()
         .default_auth_url(upstream.url())
         .cache_ttl(Duration::ZERO)
@@ -193,4 +181,60 @@ async fn a_session_whose_token_has_no_exp_is_checked_again_and_ends_when_it_fall
         )
     );
     assert_eq!(sidecar.sidecar().sessions(), 0);
+}
+
+/// An upstream answering user 7 (no `exp`) until `banned`, then 401.
+async fn banning_upstream(banned: Arc<AtomicBool>) -> Scripted {
+    Scripted::start(move |_, _| {
+        let banned = banned.load(Ordering::SeqCst);
+        async move {
+            if banned {
+                respond(401, &[("www-authenticate", "Bearer")], b"")
+            } else {
+                user_answer(7, "grace")
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_follower_of_the_revocations_that_falls_behind_checks_every_session_again() {
+    let banned = Arc::new(AtomicBool::new(false));
+    let upstream = banning_upstream(banned.clone()).await;
+    let resolver = Resolver::builder()
+        .default_auth_url(upstream.url())
+        .cache_ttl(Duration::ZERO)
+        .build()
+        .unwrap();
+    let sidecar = Sidecar::new(resolver.clone(), SidecarConfig::default())
+        .spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let base = format!("http://{}", sidecar.local_addr());
+    let mut events =
+        support::SseReader::new(http.get(format!("{base}/v1/events")).send().await.unwrap());
+    let answer = http
+        .post(format!("{base}/v1/resolve"))
+        .json(&json!({"access_token": "t", "session": "g"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    // User 7 is banned, and the revocation that says so is among more than the follower's
+    // channel holds, sent while it cannot run (this runtime has one thread): it hears that it
+    // missed some, not which.
+    banned.store(true, Ordering::SeqCst);
+    for user_id in 1_000..3_000 {
+        resolver.invalidate_user(&upstream.url(), user_id);
+    }
+    let revoked = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("revoked within the bound")
+        .expect("the stream is open");
+    assert_eq!(
+        (revoked.event.as_str(), &revoked.data["session"]),
+        ("revoked", &json!("g"))
+    );
 }

@@ -89,7 +89,7 @@ impl Parties {
             api,
             sidecar,
             _admin: admin,
-            http,
+            http: _,
         } = self;
         let (addr, admin_addr) = (sidecar.local_addr(), admin.local_addr());
         sidecar.shutdown().await;
@@ -102,7 +102,8 @@ impl Parties {
             api,
             sidecar,
             _admin: admin,
-            http,
+            // Not the connections the old sidecar closed.
+            http: reqwest::Client::new(),
         }
     }
 
