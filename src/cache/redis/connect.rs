@@ -8,7 +8,7 @@
 //! the revocation stream's reading connection, and [`RedisTier::check`], which connects once on
 //! demand. What is stored where is the rest of the `redis` module's business.
 
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::{BoxFuture, FutureExt, Shared};
@@ -69,11 +69,12 @@ pub(super) struct Backend {
 
 /// The per-form clients.
 enum Form {
-    /// One server; the manager reconnects to it by itself.
+    /// One server; the manager reconnects to it by itself when its connection fails, and is
+    /// made anew when it goes silent (a half-open link, which it would keep for ever).
     Server {
         /// Boxed: the largest of the forms' clients.
         client: Box<Client>,
-        manager: OnceLock<ConnectionManager>,
+        manager: Mutex<Option<ConnectionManager>>,
     },
     /// The master the sentinels name; asked again whenever its connection breaks.
     Sentinel {
@@ -98,7 +99,7 @@ impl Backend {
         let form = match &tier.target {
             Target::Server(url) => Form::Server {
                 client: Box::new(client_for(node_info(url, tier)?, certs.as_ref())?),
-                manager: OnceLock::new(),
+                manager: Mutex::new(None),
             },
             Target::Sentinel { sentinels, master } => Form::Sentinel {
                 sentinel: Arc::new(tokio::sync::Mutex::new(sentinel_client(
@@ -147,7 +148,8 @@ impl Backend {
         let op_timeout = self.op_timeout;
         match &self.form {
             Form::Server { client, manager } => {
-                if let Some(manager) = manager.get() {
+                let mut manager = manager.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(manager) = &*manager {
                     return Ok(Conn::Manager(manager.clone()));
                 }
                 let config = ConnectionManagerConfig::new()
@@ -156,7 +158,7 @@ impl Backend {
                     .set_number_of_retries(1)
                     .set_max_delay(op_timeout);
                 let made = ConnectionManager::new_lazy_with_config(Client::clone(client), config)?;
-                Ok(Conn::Manager(manager.get_or_init(|| made).clone()))
+                Ok(Conn::Manager(manager.insert(made).clone()))
             }
             Form::Sentinel { sentinel, live } => {
                 let sentinel = sentinel.clone();
@@ -188,9 +190,17 @@ impl Backend {
     }
 
     /// Forgets the connection after `error` (or a timeout, `None`) showed it may be gone, so the
-    /// next operation asks the sentinels where the master is now; says whether it did. The
-    /// other forms reconnect by themselves.
+    /// next operation asks the sentinels where the master is now; says whether it did. One
+    /// server's manager reconnects by itself after an error, but not after a silence: it is
+    /// dropped then, and the next operation connects anew (without a retry within this one's
+    /// deadline). A cluster reconnects by itself.
     pub(super) fn lost(&self, error: Option<&RedisError>) -> bool {
+        if let Form::Server { manager, .. } = &self.form {
+            if error.is_none_or(RedisError::is_timeout) {
+                *manager.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            }
+            return false;
+        }
         if let Form::Sentinel { live, .. } = &self.form {
             let broken = error.is_none_or(|e| {
                 e.is_io_error()
