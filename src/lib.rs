@@ -97,12 +97,14 @@ mod user;
 pub mod axum;
 
 pub use auth_url::{AuthUrlError, Endpoint, MAX_AUTH_URL_BYTES};
+pub use cache::{DatedRevocation, Revocation, TokenFingerprint};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use cache::{RedisTier, RedisTierError};
-pub use cache::{Revocation, TokenFingerprint};
 pub use error::{ApiHost, Cause, ConfigError, ErrorCode, ResolveError};
-pub use resolver::{ConnectRequest, Identity, JoinRequest, Resolver, ResolverBuilder, Stats};
+pub use resolver::{
+    ConnectRequest, Delivery, Identity, JoinRequest, Resolver, ResolverBuilder, Revoke, Stats,
+};
 pub use token::{check_syntax, AccessToken, MAX_TOKEN_BYTES};
 pub use user::{Expiry, ExtraFields, User};
 

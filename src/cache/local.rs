@@ -8,13 +8,14 @@
 //! session's tokens are found by the user in the index. Nothing walks the store.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::broadcast;
 
 use super::entry::{Cached, Lookup, Verdict};
 use super::index::Index;
 use super::key::{CacheKey, KeyRef, KeyView};
-use super::revocation::{Revocation, Revocations};
+use super::revocation::{DatedRevocation, Revocation, Revocations};
 use super::revoked::{Mark, Named, RevocationLog};
 use super::store::Store;
 use crate::auth_url::Endpoint;
@@ -39,6 +40,21 @@ pub(crate) struct Local {
     fingerprint: Fingerprint,
     /// Where every invalidation applied here is told, local or remote.
     revocations: Revocations,
+}
+
+/// A revocation to tell, with the time it was made when known.
+pub(crate) struct Timed(pub(crate) Revocation, pub(crate) Option<SystemTime>);
+
+impl From<Revocation> for Timed {
+    fn from(revocation: Revocation) -> Timed {
+        Timed(revocation, None)
+    }
+}
+
+impl From<(Revocation, Option<SystemTime>)> for Timed {
+    fn from((revocation, made_at): (Revocation, Option<SystemTime>)) -> Timed {
+        Timed(revocation, made_at)
+    }
 }
 
 /// What a revocation names, as [`Local::revoke`] applies it.
@@ -71,19 +87,21 @@ pub(crate) enum Target<'a> {
 
 impl Local {
     /// An empty tier over an empty `store` and `index`, each revocation remembered for
-    /// `horizon` (longer than any look-up lasts).
+    /// `horizon` (longer than any look-up lasts); `margin` is how much older than its
+    /// resolution a session's answer may be (see [`DatedRevocation::spares`]).
     pub(super) fn new(
         store: Store,
         index: Arc<Index>,
         fingerprint: Fingerprint,
-        horizon: std::time::Duration,
+        horizon: Duration,
+        margin: Duration,
     ) -> Local {
         Local {
             store,
             index,
             log: RevocationLog::new(horizon),
             fingerprint,
-            revocations: Revocations::new(),
+            revocations: Revocations::new(margin),
         }
     }
 
@@ -170,10 +188,15 @@ impl Local {
     }
 
     /// Drops what `target` names, remembers the revocation for look-ups in flight, and tells
-    /// the subscribers `revocation`.
-    pub(crate) fn revoke(&self, target: Target<'_>, revocation: Revocation) {
+    /// the subscribers `revocation`, made at `made_at`.
+    pub(crate) fn revoke(
+        &self,
+        target: Target<'_>,
+        revocation: Revocation,
+        made_at: Option<SystemTime>,
+    ) {
         self.drop_named(target);
-        self.tell([revocation]);
+        self.tell([Timed(revocation, made_at)]);
     }
 
     /// Drops what `target` names and remembers the revocation for look-ups in flight; telling
@@ -243,9 +266,15 @@ impl Local {
 
     /// Drops everything, remembers it for look-ups in flight, and tells the subscribers
     /// `revocation` ([`Revocation::All`], or a re-check when revocations may have been missed).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn revoke_all(&self, revocation: Revocation) {
+        self.revoke_all_at(revocation, None);
+    }
+
+    /// [`revoke_all`](Self::revoke_all) of a revocation made at `made_at`.
+    pub(crate) fn revoke_all_at(&self, revocation: Revocation, made_at: Option<SystemTime>) {
         self.drop_all();
-        self.tell([revocation]);
+        self.tell([Timed(revocation, made_at)]);
     }
 
     /// Drops everything and remembers it for look-ups in flight; telling the subscribers is the
@@ -259,16 +288,23 @@ impl Local {
     /// Tells the subscribers `revocations`, applied already, in order. Applying a batch first
     /// and telling it in one go wakes a subscriber that keeps up once for the batch rather than
     /// once for each (a wake-up is a system call when it sleeps on another thread).
-    pub(crate) fn tell(&self, revocations: impl IntoIterator<Item = Revocation>) {
+    /// Each is a [`Revocation`], or one with the time it was made (`(revocation, made_at)`).
+    pub(crate) fn tell<T: Into<Timed>>(&self, revocations: impl IntoIterator<Item = T>) {
         self.publish_entries();
         for revocation in revocations {
-            self.revocations.publish(revocation);
+            let Timed(revocation, made_at) = revocation.into();
+            self.revocations.publish(revocation, made_at);
         }
     }
 
     /// A subscriber to every revocation from now on.
     pub(super) fn subscribe(&self) -> broadcast::Receiver<Revocation> {
         self.revocations.subscribe()
+    }
+
+    /// A subscriber to every revocation from now on, with the time each was made.
+    pub(super) fn subscribe_dated(&self) -> broadcast::Receiver<DatedRevocation> {
+        self.revocations.subscribe_dated()
     }
 
     /// Entries in the store, once moka has applied what is pending.

@@ -31,8 +31,11 @@ mod revocation;
 mod revoked;
 mod store;
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
 
 pub(crate) use entry::{Cached, Lookup, Verdict};
 use index::Index;
@@ -43,7 +46,7 @@ pub(crate) use redis::RedisTier;
 use redis::SharedCache;
 #[cfg(feature = "redis")]
 pub use redis::{RedisTier, RedisTierError};
-pub use revocation::{Revocation, TokenFingerprint};
+pub use revocation::{DatedRevocation, Revocation, TokenFingerprint};
 pub(crate) use revoked::Mark;
 use store::Store;
 
@@ -66,8 +69,35 @@ pub(crate) struct TierSettings {
     /// Longer than any look-up lasts: how long a revocation is remembered for look-ups that
     /// began before it.
     pub(crate) horizon: Duration,
+    /// How much older than its resolution a session's answer may be: `cache_ttl` plus the
+    /// clock skew (see [`DatedRevocation::spares`]).
+    pub(crate) late_margin: Duration,
     /// The shared tier, if any.
     pub(crate) shared: Option<RedisTier>,
+}
+
+/// A revocation's way to the shared tier: `true` once it is there (its script ran and its
+/// message is on the stream); closed without `true` if the tier gave up on it.
+pub(crate) type Ack = watch::Receiver<bool>;
+
+/// Revocations on their way to the shared tier at most at once: past it, what comes next is
+/// folded into one revocation of everything, which covers it, so that an outage of Redis holds
+/// a bounded outbox however many revocations are made meanwhile.
+const OUTBOX_CAP: usize = 1024;
+
+/// The revocations not yet in the shared tier: the background tasks insisting on each (see
+/// `redis::invalidation`) are the outbox; this is its bound.
+#[derive(Default)]
+struct Outbox {
+    /// Each pending revocation's way there.
+    pending: Vec<Ack>,
+    /// The revocation of everything that what came past the cap was folded into.
+    folded: Option<Ack>,
+}
+
+/// Whether `ack` still waits: not there yet, and not given up.
+fn waiting(ack: &Ack) -> bool {
+    !*ack.borrow() && ack.has_changed().is_ok()
 }
 
 /// Every tier of one resolver.
@@ -75,6 +105,12 @@ pub(crate) struct Tiers {
     local: Arc<Local>,
     /// The second tier, shared by every node, if configured.
     shared: Option<SharedCache>,
+    /// Whether this node hears every revocation now: always without a shared tier; with one,
+    /// while the shared tier's stream is read and caught up. While not, nothing cached admits
+    /// anyone (another node's revocation may be missing): look-ups go to the API.
+    trusted: Arc<AtomicBool>,
+    /// What is on its way to the shared tier.
+    outbox: Mutex<Outbox>,
 }
 
 impl Tiers {
@@ -94,22 +130,51 @@ impl Tiers {
             settings.negative_ttl,
             settings.stale_for,
         );
-        let local = Arc::new(Local::new(store, index, fingerprint, settings.horizon));
-        Ok(Tiers { local, shared })
+        let local = Arc::new(Local::new(
+            store,
+            index,
+            fingerprint,
+            settings.horizon,
+            settings.late_margin,
+        ));
+        let trusted = match &shared {
+            Some(shared) => shared.trusted_flag(),
+            None => Arc::new(AtomicBool::new(true)),
+        };
+        Ok(Tiers {
+            local,
+            shared,
+            trusted,
+            outbox: Mutex::default(),
+        })
     }
 
     /// The local tier's answer for `key`, telling fresh entries from ones kept only as a
     /// fallback. The hit path: the clock is read only for entries that end before the cache's
-    /// time to live (a shorter `max-age`, an `exp`, a read-through) or with stale serving on.
+    /// time to live (a shorter `max-age`, an `exp`, a read-through) or with stale serving on;
+    /// one relaxed load says whether this node hears every revocation now.
+    ///
+    /// While it does not (the shared tier's stream is lost, or not caught up yet), a user is
+    /// [`Lookup::Absent`], fresh or stale: whoever asks is verified by the API, as another
+    /// node's revocation may be what this node has not heard. A rejection still refuses.
     #[inline(always)]
     pub(crate) fn lookup(&self, key: &KeyRef<'_>) -> Lookup {
-        self.local.lookup(key)
+        let found = self.local.lookup(key);
+        if self.trusted.load(Ordering::Relaxed) {
+            return found;
+        }
+        distrusted(found)
     }
 
     /// A fresh answer another resolution stored since the caller's [`lookup`](Self::lookup)
-    /// missed.
+    /// missed; as [`lookup`](Self::lookup), no user while this node may have missed a
+    /// revocation.
     pub(crate) fn recheck(&self, key: &KeyRef<'_>) -> Option<Verdict> {
-        self.local.recheck(key)
+        let verdict = self.local.recheck(key)?;
+        match verdict {
+            Verdict::User(_) if !self.trusted.load(Ordering::Relaxed) => None,
+            verdict => Some(verdict),
+        }
     }
 
     /// Where revocations stand: take it before fetching an answer, and give it back to
@@ -144,6 +209,10 @@ impl Tiers {
     ) -> Option<Cached> {
         let shared = self.shared.as_ref()?;
         self.start_subscriber();
+        // What Redis holds was written before revocations this node may not have heard of.
+        if !self.trusted.load(Ordering::Acquire) {
+            return None;
+        }
         let cached = complete(shared.get(endpoint.as_str(), token).await?);
         self.local.store(endpoint, token, &cached, since);
         Some(cached)
@@ -167,22 +236,33 @@ impl Tiers {
     }
 
     /// Drops one token's answer at `endpoint` in every tier and on every node, and tells the
-    /// subscribers.
-    pub(crate) fn invalidate_token(&self, endpoint: &Endpoint, token: &str) {
+    /// subscribers; the revocation was made at `made_at`. Its way to the shared tier, if
+    /// there is one.
+    pub(crate) fn invalidate_token(
+        &self,
+        endpoint: &Endpoint,
+        token: &str,
+        made_at: SystemTime,
+    ) -> Option<Ack> {
         telemetry::count_invalidation(Scope::Token, "local");
         let revocation = Revocation::Token {
             endpoint: endpoint.as_str().to_owned(),
             token: self.fingerprint(endpoint.as_str(), token),
         };
-        self.local
-            .revoke(local::Target::Token { endpoint, token }, revocation);
-        if let Some(shared) = &self.shared {
-            shared.delete(endpoint.as_str(), token);
-        }
+        let target = local::Target::Token { endpoint, token };
+        self.local.revoke(target, revocation, Some(made_at));
+        let shared = self.shared.as_ref()?;
+        self.send(made_at, |at| shared.delete(endpoint.as_str(), token, at))
     }
 
-    /// Drops every answer of user `user_id` at `endpoint` in every tier and on every node.
-    pub(crate) fn invalidate_user(&self, endpoint: &Endpoint, user_id: i64) {
+    /// Drops every answer of user `user_id` at `endpoint` in every tier and on every node, as
+    /// [`invalidate_token`](Self::invalidate_token).
+    pub(crate) fn invalidate_user(
+        &self,
+        endpoint: &Endpoint,
+        user_id: i64,
+        made_at: SystemTime,
+    ) -> Option<Ack> {
         telemetry::count_invalidation(Scope::User, "local");
         let revocation = Revocation::User {
             endpoint: endpoint.as_str().to_owned(),
@@ -192,15 +272,23 @@ impl Tiers {
             endpoint,
             user: user_id,
         };
-        self.local.revoke(target, revocation);
-        if let Some(shared) = &self.shared {
-            shared.delete_user(endpoint.as_str(), user_id);
-        }
+        self.local.revoke(target, revocation, Some(made_at));
+        let shared = self.shared.as_ref()?;
+        self.send(made_at, |at| {
+            shared.delete_user(endpoint.as_str(), user_id, at)
+        })
     }
 
     /// Drops every answer of one of the integrator's sessions (of user `user_id`) at
-    /// `endpoint` in every tier and on every node.
-    pub(crate) fn invalidate_session(&self, endpoint: &Endpoint, user_id: i64, session: &str) {
+    /// `endpoint` in every tier and on every node, as
+    /// [`invalidate_token`](Self::invalidate_token).
+    pub(crate) fn invalidate_session(
+        &self,
+        endpoint: &Endpoint,
+        user_id: i64,
+        session: &str,
+        made_at: SystemTime,
+    ) -> Option<Ack> {
         telemetry::count_invalidation(Scope::Session, "local");
         let revocation = Revocation::Session {
             endpoint: endpoint.as_str().to_owned(),
@@ -212,19 +300,48 @@ impl Tiers {
             user: user_id,
             session,
         };
-        self.local.revoke(target, revocation);
-        if let Some(shared) = &self.shared {
-            shared.delete_session(endpoint.as_str(), user_id, session);
-        }
+        self.local.revoke(target, revocation, Some(made_at));
+        let shared = self.shared.as_ref()?;
+        self.send(made_at, |at| {
+            shared.delete_session(endpoint.as_str(), user_id, session, at)
+        })
     }
 
-    /// Drops every answer in every tier and on every node.
-    pub(crate) fn invalidate_all(&self) {
+    /// Drops every answer in every tier and on every node, as
+    /// [`invalidate_token`](Self::invalidate_token).
+    pub(crate) fn invalidate_all(&self, made_at: SystemTime) -> Option<Ack> {
         telemetry::count_invalidation(Scope::All, "local");
-        self.local.revoke_all(Revocation::All);
-        if let Some(shared) = &self.shared {
-            shared.delete_all();
+        self.local.revoke_all_at(Revocation::All, Some(made_at));
+        let shared = self.shared.as_ref()?;
+        self.send(made_at, |at| shared.delete_all(at))
+    }
+
+    /// Puts a revocation made at `made_at` in the outbox with `send` (given the time in unix
+    /// ms), or, when the outbox is full, folds it into one revocation of everything.
+    fn send(&self, made_at: SystemTime, send: impl FnOnce(u64) -> Ack) -> Option<Ack> {
+        let shared = self.shared.as_ref()?;
+        let at = made_at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis() as u64);
+        let mut outbox = self.outbox.lock().unwrap_or_else(PoisonError::into_inner);
+        outbox.pending.retain(waiting);
+        if outbox.pending.len() < OUTBOX_CAP {
+            let ack = send(at);
+            outbox.pending.push(ack.clone());
+            return Some(ack);
         }
+        if let Some(folded) = outbox.folded.as_ref().filter(|ack| waiting(ack)) {
+            return Some(folded.clone());
+        }
+        metrics::counter!(telemetry::SHARED_CACHE_ERRORS_TOTAL, "op" => "outbox_full").increment(1);
+        tracing::warn!(
+            pending = outbox.pending.len(),
+            "revocations pile up while the shared tier is out of reach: \
+             the next ones go as one revocation of everything"
+        );
+        let folded = shared.delete_all(at);
+        outbox.folded = Some(folded.clone());
+        Some(folded)
     }
 
     /// The name revocations give `token` at `endpoint`: the shared tier's HMAC when there is
@@ -239,6 +356,11 @@ impl Tiers {
     /// A subscriber to every revocation from now on.
     pub(crate) fn revocations(&self) -> tokio::sync::broadcast::Receiver<Revocation> {
         self.local.subscribe()
+    }
+
+    /// A subscriber to every revocation from now on, with the time each was made.
+    pub(crate) fn dated_revocations(&self) -> tokio::sync::broadcast::Receiver<DatedRevocation> {
+        self.local.subscribe_dated()
     }
 
     /// Entries in the local tier, once moka has applied what is pending.
@@ -268,6 +390,15 @@ impl Tiers {
         if let Some(shared) = &self.shared {
             shared.start_subscriber(Arc::downgrade(&self.local));
         }
+    }
+}
+
+/// [`Tiers::lookup`]'s answer while this node may have missed a revocation: no user.
+#[cold]
+fn distrusted(found: Lookup) -> Lookup {
+    match found {
+        Lookup::Fresh(Verdict::Rejected(status)) => Lookup::Fresh(Verdict::Rejected(status)),
+        Lookup::Fresh(Verdict::User(_)) | Lookup::Stale(_) | Lookup::Absent => Lookup::Absent,
     }
 }
 

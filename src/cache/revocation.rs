@@ -10,7 +10,9 @@
 
 use std::fmt;
 use std::hash::BuildHasher;
+use std::ops::Deref;
 use std::sync::LazyLock;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::broadcast;
 
@@ -90,20 +92,106 @@ impl fmt::Display for TokenFingerprint {
     }
 }
 
-/// Where the tiers publish their revocations.
+/// A [`Revocation`] with the time it was made, as
+/// [`Resolver::dated_revocations`](crate::Resolver::dated_revocations) tells it: a revocation
+/// applied late (its node's link to the shared tier was down, the integrator's notifier
+/// retried) closes what it named when it was made, not a session a fresh token opened since.
+///
+/// It dereferences to its [`Revocation`], so code written for one reads the other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatedRevocation {
+    revocation: Revocation,
+    /// When it was made (`None`: unknown, as for a re-check).
+    made_at: Option<SystemTime>,
+    /// After this, a session's answer cannot be older than the revocation: `made_at` plus the
+    /// longest an answer is cached and the clock skew allowed.
+    spares_after: Option<SystemTime>,
+}
+
+impl DatedRevocation {
+    /// `revocation`, made at `made_at`; `margin` is how much older than the moment it was
+    /// resolved a session's answer may be (the longest an answer is cached, plus the skew
+    /// allowed between clocks).
+    pub(crate) fn new(
+        revocation: Revocation,
+        made_at: Option<SystemTime>,
+        margin: Duration,
+    ) -> DatedRevocation {
+        DatedRevocation {
+            revocation,
+            made_at,
+            spares_after: made_at.and_then(|at| at.checked_add(margin)),
+        }
+    }
+
+    /// A revocation of unknown time: it spares nothing.
+    pub fn undated(revocation: Revocation) -> DatedRevocation {
+        DatedRevocation {
+            revocation,
+            made_at: None,
+            spares_after: None,
+        }
+    }
+
+    /// The revocation.
+    pub fn revocation(&self) -> &Revocation {
+        &self.revocation
+    }
+
+    /// When it was made, by the clock of whoever made it; `None` when unknown.
+    pub fn made_at(&self) -> Option<SystemTime> {
+        self.made_at
+    }
+
+    /// Whether a session that resolved its token at `resolved_at` (by this node's clock)
+    /// cannot hold an answer from before this revocation, and so is not closed by it: it was
+    /// resolved after the revocation was made plus the longest an answer is cached
+    /// ([`ResolverBuilder::cache_ttl`](crate::ResolverBuilder::cache_ttl)) plus the clock
+    /// skew allowed ([`ResolverBuilder::clock_skew`](crate::ResolverBuilder::clock_skew)).
+    /// Always `false` for a revocation of unknown time.
+    pub fn spares(&self, resolved_at: SystemTime) -> bool {
+        self.spares_after.is_some_and(|after| resolved_at > after)
+    }
+}
+
+impl Deref for DatedRevocation {
+    type Target = Revocation;
+
+    fn deref(&self) -> &Revocation {
+        &self.revocation
+    }
+}
+
+impl From<Revocation> for DatedRevocation {
+    fn from(revocation: Revocation) -> DatedRevocation {
+        DatedRevocation::undated(revocation)
+    }
+}
+
+/// Where the tiers publish their revocations: as [`Revocation`]s, and with their time.
 pub(crate) struct Revocations {
     sender: broadcast::Sender<Revocation>,
+    dated: broadcast::Sender<DatedRevocation>,
+    /// How much older than its resolution a session's answer may be: `cache_ttl` plus the
+    /// clock skew.
+    margin: Duration,
 }
 
 impl Revocations {
-    pub(crate) fn new() -> Revocations {
+    pub(crate) fn new(margin: Duration) -> Revocations {
         Revocations {
             sender: broadcast::channel(CAPACITY).0,
+            dated: broadcast::channel(CAPACITY).0,
+            margin,
         }
     }
 
     /// Tells every subscriber; nobody listening is fine.
-    pub(crate) fn publish(&self, revocation: Revocation) {
+    pub(crate) fn publish(&self, revocation: Revocation, made_at: Option<SystemTime>) {
+        if self.dated.receiver_count() > 0 {
+            let dated = DatedRevocation::new(revocation.clone(), made_at, self.margin);
+            let _ = self.dated.send(dated);
+        }
         let _ = self.sender.send(revocation);
     }
 
@@ -111,11 +199,29 @@ impl Revocations {
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<Revocation> {
         self.sender.subscribe()
     }
+
+    /// A new subscriber to the revocations with their time, from now on.
+    pub(crate) fn subscribe_dated(&self) -> broadcast::Receiver<DatedRevocation> {
+        self.dated.subscribe()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dated_revocation_spares_only_what_was_resolved_past_its_margin() {
+        let made = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let margin = Duration::from_secs(90);
+        let dated = DatedRevocation::new(Revocation::All, Some(made), margin);
+        assert!(!dated.spares(made - Duration::from_secs(1)));
+        assert!(!dated.spares(made + Duration::from_secs(90)));
+        assert!(dated.spares(made + Duration::from_secs(91)));
+        assert_eq!(*dated, Revocation::All);
+        let undated = DatedRevocation::from(Revocation::All);
+        assert!(!undated.spares(made + Duration::from_secs(1_000_000)));
+    }
 
     #[test]
     fn local_fingerprints_name_the_pair_and_never_show_the_token() {

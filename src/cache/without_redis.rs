@@ -2,12 +2,14 @@
 //! [`SharedCache`] have no values, so `Tiers`'s `Option<SharedCache>` is always `None` and it
 //! skips the tier with no `cfg` line of its own; the compiler removes every branch.
 
-use std::sync::Weak;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::entry::Cached;
 use super::local::{Fingerprint, Local};
 use super::revocation::TokenFingerprint;
+use super::Ack;
 use crate::error::ConfigError;
 
 /// Where the shared tier would be; no value exists without the `redis` feature.
@@ -30,15 +32,15 @@ impl SharedCache {
         match *self {}
     }
 
-    pub(crate) fn delete(&self, _: &str, _: &str) {
+    pub(crate) fn delete(&self, _: &str, _: &str, _: u64) -> Ack {
         match *self {}
     }
 
-    pub(crate) fn delete_user(&self, _: &str, _: i64) {
+    pub(crate) fn delete_user(&self, _: &str, _: i64, _: u64) -> Ack {
         match *self {}
     }
 
-    pub(crate) fn delete_session(&self, _: &str, _: i64, _: &str) {
+    pub(crate) fn delete_session(&self, _: &str, _: i64, _: &str, _: u64) -> Ack {
         match *self {}
     }
 
@@ -46,7 +48,7 @@ impl SharedCache {
         match *self {}
     }
 
-    pub(crate) fn delete_all(&self) {
+    pub(crate) fn delete_all(&self, _: u64) -> Ack {
         match *self {}
     }
 
@@ -59,6 +61,10 @@ impl SharedCache {
     }
 
     pub(crate) fn is_subscribed(&self) -> bool {
+        match *self {}
+    }
+
+    pub(crate) fn trusted_flag(&self) -> Arc<AtomicBool> {
         match *self {}
     }
 

@@ -344,6 +344,7 @@ impl ResolverBuilder {
             horizon: (self.queue_timeout + self.request_timeout)
                 .saturating_mul(2)
                 .max(Duration::from_secs(30)),
+            late_margin: self.cache_ttl.saturating_add(self.clock_skew),
             shared: self.shared_cache,
         })?;
         Ok(Resolver {

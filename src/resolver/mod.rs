@@ -39,6 +39,7 @@ use self::flight::Flights;
 use self::miss::Fetched;
 use self::outcome::{rejected, CacheOutcome, Resolution};
 pub use self::request::{ConnectRequest, Identity, JoinRequest};
+pub use self::revoke::{Delivery, Revoke};
 pub use self::stats::Stats;
 use self::stats::{Counter, Counters};
 use crate::auth_url::{AllowList, Endpoint};

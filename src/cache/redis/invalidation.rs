@@ -20,6 +20,7 @@ use super::scripts::UserKeys;
 use super::{Core, SharedCache};
 use crate::auth_url::Endpoint;
 use crate::cache::local::{Local, Target};
+use crate::cache::Ack;
 use crate::cache::{Revocation, TokenFingerprint};
 use crate::telemetry::{self, Scope};
 
@@ -33,6 +34,11 @@ pub(super) struct Message {
     pub(super) node: String,
     /// When the revocation was made, by the wall clock of the node that made it (unix ms).
     pub(super) at: u64,
+    /// When whoever asked for it decided it (unix ms; an integrator's ban that its notifier
+    /// delivered late), when before `at`: nodes close only the sessions that may hold an answer
+    /// from before then. The replay check reads `at`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) decided: Option<u64>,
     /// What it revokes.
     #[serde(flatten)]
     pub(super) what: Revoked,
@@ -45,6 +51,8 @@ pub(crate) struct Told {
     /// When the revocation was made, by the wall clock of the node that made it (unix ms): a
     /// revocation applied late closes only what it named then.
     pub(crate) made_at_ms: u64,
+    /// When it was decided (unix ms): `made_at_ms`, or the earlier time the message names.
+    pub(crate) decided_at_ms: u64,
 }
 
 /// The label that keeps the stream's key apart from every other use of the tier's secret.
@@ -102,7 +110,12 @@ impl Message {
             },
             op => return Err(serde::de::Error::custom(format!("no op {op:?}"))),
         };
-        Ok(Some(Told { what, made_at_ms }))
+        let decided_at_ms = wire.decided.map_or(made_at_ms, |d| d.min(made_at_ms));
+        Ok(Some(Told {
+            what,
+            made_at_ms,
+            decided_at_ms,
+        }))
     }
 }
 
@@ -123,6 +136,7 @@ struct Wire<'a> {
     #[serde(borrow)]
     node: Cow<'a, str>,
     at: Option<u64>,
+    decided: Option<u64>,
     #[serde(borrow)]
     op: Cow<'a, str>,
     #[serde(borrow)]
@@ -251,47 +265,64 @@ impl Told {
 
 impl SharedCache {
     /// Tombstones one token and deletes its entry, then tells every node; in the background.
-    pub(crate) fn delete(&self, endpoint: &str, token: &str) {
+    pub(crate) fn delete(&self, endpoint: &str, token: &str, decided: u64) -> Ack {
         let digest = self.digest(endpoint, token);
         let endpoint = endpoint.to_owned();
-        self.revoke("invalidate", Revoked::Token { endpoint, digest });
+        self.revoke("invalidate", Revoked::Token { endpoint, digest }, decided)
     }
 
     /// Tombstones a user and deletes every entry its index names, then tells every node; in
     /// the background.
-    pub(crate) fn delete_user(&self, endpoint: &str, user_id: i64) {
+    pub(crate) fn delete_user(&self, endpoint: &str, user_id: i64, decided: u64) -> Ack {
         let endpoint = endpoint.to_owned();
-        self.revoke("invalidate_user", Revoked::User { endpoint, user_id });
+        self.revoke(
+            "invalidate_user",
+            Revoked::User { endpoint, user_id },
+            decided,
+        )
     }
 
     /// Tombstones one of a user's sessions and deletes the user's entries of that session
     /// (and those whose write is still under way), then tells every node; in the background.
-    pub(crate) fn delete_session(&self, endpoint: &str, user_id: i64, session: &str) {
+    pub(crate) fn delete_session(
+        &self,
+        endpoint: &str,
+        user_id: i64,
+        session: &str,
+        decided: u64,
+    ) -> Ack {
         let what = Revoked::Session {
             endpoint: endpoint.to_owned(),
             user_id,
             session: session.to_owned(),
         };
-        self.revoke("invalidate_session", what);
+        self.revoke("invalidate_session", what, decided)
     }
 
     /// Moves the tier to a new generation, then tells every node; in the background.
-    pub(crate) fn delete_all(&self) {
-        self.revoke("invalidate_all", Revoked::All { generation: 0 });
+    pub(crate) fn delete_all(&self, decided: u64) -> Ack {
+        self.revoke("invalidate_all", Revoked::All { generation: 0 }, decided)
     }
 
-    /// Revokes `what` in Redis, then tells every node; in the background, insisting. The
-    /// message carries the time it is made now.
-    fn revoke(&self, op: &'static str, what: Revoked) {
+    /// Revokes `what` in Redis, then tells every node; in the background, insisting (that task
+    /// is the revocation's place in the outbox). The message carries the time it is made now,
+    /// and `decided`, when it was decided (unix ms). The [`Ack`] turns `true` once both are
+    /// done.
+    fn revoke(&self, op: &'static str, what: Revoked, decided: u64) -> Ack {
         let core = self.core.clone();
         let at = core.now_ms();
+        let (done, ack) = tokio::sync::watch::channel(false);
+        let done = std::sync::Arc::new(done);
         self.spawn(op, true, self.op_timeout, move |mut conn| {
-            let (core, what) = (core.clone(), what.clone());
+            let (core, what, done) = (core.clone(), what.clone(), done.clone());
             async move {
                 let what = core.revoke(&mut conn, what).await?;
-                core.tell(&mut conn, what, at).await
+                core.tell(&mut conn, what, at, decided).await?;
+                done.send_replace(true);
+                Ok(())
             }
         });
+        ack
     }
 }
 
@@ -390,10 +421,11 @@ impl Core {
 
     /// Tells every node `what`, made at `at` (unix ms), on the stream, which keeps the last
     /// `stream_len` revocations: the message, its MAC, and the id of the entry before it.
-    async fn tell(&self, conn: &mut Conn, what: Revoked, at: u64) -> RedisResult<()> {
+    async fn tell(&self, conn: &mut Conn, what: Revoked, at: u64, decided: u64) -> RedisResult<()> {
         let message = Message {
             node: self.node_id(),
             at,
+            decided: (decided < at).then_some(decided),
             what,
         };
         let payload = serde_json::to_string(&message).unwrap_or_default();
@@ -435,12 +467,14 @@ mod tests {
             let message = Message {
                 node: "00000000000000aa".to_owned(),
                 at: 1_764_000_000_123,
+                decided: Some(1_764_000_000_000),
                 what,
             };
             let json = serde_json::to_vec(&message).unwrap();
             let read = Message::read(&json, "00000000000000bb").unwrap().unwrap();
             assert_eq!(read.what(), &message.what);
             assert_eq!(read.made_at_ms, 1_764_000_000_123);
+            assert_eq!(read.decided_at_ms, 1_764_000_000_000);
             assert_eq!(Message::read(&json, "00000000000000aa").unwrap(), None);
         }
     }

@@ -98,6 +98,10 @@ pub(crate) struct SharedCache {
     runtime: OnceLock<tokio::runtime::Handle>,
     /// Whether the reader is caught up and its connection answers.
     subscribed: Arc<AtomicBool>,
+    /// Whether this node may trust what it cached: `true` from the start (nothing is cached
+    /// yet) until the reader loses the stream or cannot reach it, and again once it is caught
+    /// up. While `false`, cached answers admit nobody.
+    trusted: Arc<AtomicBool>,
     hits: AtomicU64,
 }
 
@@ -228,6 +232,7 @@ impl SharedCache {
             subscriber: OnceLock::new(),
             runtime: OnceLock::new(),
             subscribed: Arc::new(AtomicBool::new(false)),
+            trusted: Arc::new(AtomicBool::new(true)),
             hits: AtomicU64::new(0),
         })
     }
