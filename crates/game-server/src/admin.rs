@@ -51,6 +51,10 @@ pub struct AdminConfig {
     /// The secret `POST /admin/revoke` requires; `None` turns the endpoint off (404).
     /// Default: `None`.
     pub revoke_secret: Option<AdminSecret>,
+    /// Longest `POST /admin/revoke` waits for the shared tier to take a revocation before it
+    /// answers 503 with `Retry-After` (applied here, still being delivered, but not yet known
+    /// to other nodes). Default: 1 s.
+    pub revoke_ack_within: Duration,
 }
 
 impl Default for AdminConfig {
@@ -61,6 +65,7 @@ impl Default for AdminConfig {
             header_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
             revoke_secret: None,
+            revoke_ack_within: Duration::from_secs(1),
         }
     }
 }
@@ -126,6 +131,7 @@ struct AdminState {
     node: Arc<dyn AdminNode>,
     metrics: Option<Metrics>,
     revoke_secret: Option<AdminSecret>,
+    revoke_ack_within: Duration,
 }
 
 /// Binds `addr` and serves the admin router for `node`.
@@ -151,6 +157,7 @@ pub async fn spawn(
         node,
         metrics: config.metrics,
         revoke_secret: config.revoke_secret,
+        revoke_ack_within: config.revoke_ack_within,
     });
     let task = ServerTask::spawn(|stopped| http::serve(listener, router, limits, stopped));
     tracing::info!(%local_addr, "admin listener listening");
@@ -189,7 +196,8 @@ async fn metrics(State(state): State<AdminState>) -> Response {
 
 /// `POST /admin/revoke`: see `revoke`.
 async fn revoke(State(state): State<AdminState>, headers: HeaderMap, body: Bytes) -> Response {
-    revoke::revoke(&*state.node, state.revoke_secret.as_ref(), &headers, &body).await
+    let (secret, within) = (state.revoke_secret.as_ref(), state.revoke_ack_within);
+    revoke::revoke(&*state.node, secret, &headers, &body, within).await
 }
 
 /// `GET /healthz`: 200 while the process serves.

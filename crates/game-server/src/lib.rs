@@ -184,7 +184,7 @@ impl GameServer {
         let shared = Arc::new(Shared::new(self.resolver, rooms, room_infos, self.config));
         shared.set_accepting(true);
         tokio::spawn(live::listen(
-            shared.resolver.revocations(),
+            shared.resolver.dated_revocations(),
             shared.cut.clone(),
             Arc::downgrade(&shared.registry),
         ));

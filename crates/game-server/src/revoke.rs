@@ -6,11 +6,25 @@
 //! API's) (none given: the endpoint answers 404). The body is one of `{"user_id": 42}`,
 //! `{"user_id": 42, "session": "…"}` (one of the integrator's sessions of that user: a logout,
 //! the tokens whose answer's `sid` is that session), `{"access_token": "…"}`, `{"all": true}`,
-//! with an optional `"auth_url"` (default: the server's default authUrl). The matching sessions on this node are
-//! told `revoked` and closed at once, and the answer says how many: `{"sessions_closed": N}`;
-//! the invalidation then goes through the resolver, so caches here, in Redis and on every
-//! other node drop the answers, and the other nodes close their sessions too. No token is ever
-//! echoed or logged.
+//! with an optional `"auth_url"` (default: the server's default authUrl) and an optional `"at"`
+//! (when the revocation was made, unix milliseconds; default now). The matching sessions on this
+//! node are told `revoked` and closed at once, and the invalidation goes through the resolver
+//! ([`Resolver::revoke`](token_resolver::Resolver::revoke)), so caches here, in Redis and on
+//! every other node drop the answers, and the other nodes close their sessions too.
+//!
+//! The answer says what happened:
+//!
+//! | status | body | when |
+//! |---|---|---|
+//! | 200 | `{"sessions_closed": N}` | the revocation is in the shared tier (every node applies it), or there is none |
+//! | 503, `Retry-After` | `{"error": "revocation_pending", "pending": true, "sessions_closed": N, …}` | the shared tier did not take it within the bound (`AdminConfig::revoke_ack_within`): this node applied it and keeps trying, but other nodes do not know yet; ask another node |
+//! | 404 | `{"error": "auth_url_not_served", …}` | this server serves no such authUrl (neither its default nor an allowed one) |
+//!
+//! A revocation that carries an `"at"` long before a session was resolved (a late delivery,
+//! after an unban and a fresh token) does not close that session, here or on other nodes. No
+//! token is ever echoed or logged.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -19,7 +33,7 @@ use axum::Json;
 use serde_json::{json, Map, Value};
 
 use super::admin::AdminNode;
-use token_resolver::{check_syntax, Endpoint, Revocation};
+use token_resolver::{check_syntax, AccessToken, DatedRevocation, Endpoint, Revocation, Revoke};
 use token_resolver_listener::AdminSecret;
 
 /// Whether a request's one `Authorization: Bearer …` header (scheme case-insensitive) carries
@@ -40,11 +54,17 @@ fn authorises(secret: &AdminSecret, headers: &HeaderMap) -> bool {
     secret.is(presented)
 }
 
+/// What a revoke request asks, and when it was made.
+struct Request {
+    what: Asked,
+    made_at: SystemTime,
+}
+
 /// What a revoke request asks: the revocation to apply here, and how to invalidate it.
-enum Revoke {
+enum Asked {
     Token {
         endpoint: Endpoint,
-        token: String,
+        token: AccessToken,
     },
     User {
         endpoint: Endpoint,
@@ -58,12 +78,13 @@ enum Revoke {
     All,
 }
 
-/// `POST /admin/revoke`.
+/// `POST /admin/revoke`; `within` bounds the wait for the shared tier.
 pub(super) async fn revoke(
     node: &dyn AdminNode,
     secret: Option<&AdminSecret>,
     headers: &HeaderMap,
     body: &Bytes,
+    within: Duration,
 ) -> Response {
     let Some(secret) = secret else {
         return answer(
@@ -92,53 +113,136 @@ pub(super) async fn revoke(
         }
     };
     let resolver = node.resolver();
+    let Request { what, made_at } = request;
+    // Served here? A revocation for an authUrl this server never resolved at would close
+    // nothing, and an answer of `sessions_closed: 0` would hide that it went to the wrong place.
+    let endpoint = match &what {
+        Asked::Token { endpoint, .. }
+        | Asked::User { endpoint, .. }
+        | Asked::Session { endpoint, .. } => Some(endpoint),
+        Asked::All => None,
+    };
+    if let Some(endpoint) = endpoint.filter(|e| !serves(node, e)) {
+        tracing::info!(
+            auth_host = endpoint.host(),
+            "admin revoke for an authUrl this server does not serve"
+        );
+        return answer(
+            StatusCode::NOT_FOUND,
+            json!({
+                "error": "auth_url_not_served",
+                "message": format!(
+                    "this server serves no authUrl at {}: neither its default nor an allowed one",
+                    endpoint.host()
+                ),
+            }),
+        );
+    }
     // The sessions here first, so that the answer counts them; then everywhere else.
-    let (scope, closed) = match &request {
-        Revoke::Token { endpoint, token } => {
-            let fingerprint = resolver.fingerprint(endpoint.as_str(), token);
+    let dated = |revocation: Revocation| {
+        let dated: DatedRevocation = resolver.dated(revocation, made_at);
+        node.registry().revoke_dated(&dated)
+    };
+    let (scope, closed, revoke) = match what {
+        Asked::Token { endpoint, token } => {
+            let fingerprint = resolver.fingerprint(endpoint.as_str(), token.secret());
             let closed = fingerprint.map_or(0, |token| {
-                node.registry().revoke(&Revocation::Token {
+                dated(Revocation::Token {
                     endpoint: endpoint.as_str().to_owned(),
                     token,
                 })
             });
-            resolver.invalidate(endpoint.as_str(), token);
-            ("token", closed)
+            let revoke = Revoke::Token {
+                auth_url: endpoint.as_str().to_owned(),
+                access_token: token,
+            };
+            ("token", closed, revoke)
         }
-        Revoke::User { endpoint, user_id } => {
-            let closed = node.registry().revoke(&Revocation::User {
+        Asked::User { endpoint, user_id } => {
+            let closed = dated(Revocation::User {
                 endpoint: endpoint.as_str().to_owned(),
-                user_id: *user_id,
+                user_id,
             });
-            resolver.invalidate_user(endpoint.as_str(), *user_id);
-            ("user", closed)
+            let revoke = Revoke::User {
+                auth_url: endpoint.as_str().to_owned(),
+                user_id,
+            };
+            ("user", closed, revoke)
         }
-        Revoke::Session {
+        Asked::Session {
             endpoint,
             user_id,
             session,
         } => {
-            let closed = node.registry().revoke(&Revocation::Session {
+            let closed = dated(Revocation::Session {
                 endpoint: endpoint.as_str().to_owned(),
-                user_id: *user_id,
+                user_id,
                 session: session.clone(),
             });
-            resolver.invalidate_session(endpoint.as_str(), *user_id, session);
-            ("session", closed)
+            let revoke = Revoke::Session {
+                auth_url: endpoint.as_str().to_owned(),
+                user_id,
+                session,
+            };
+            ("session", closed, revoke)
         }
-        Revoke::All => {
-            let closed = node.registry().revoke(&Revocation::All);
-            resolver.invalidate_all();
-            ("all", closed)
+        Asked::All => ("all", dated(Revocation::All), Revoke::All),
+    };
+    let delivery = match resolver.revoke(revoke, made_at, within).await {
+        Ok(delivery) => delivery,
+        Err(e) => {
+            // Checked above; an allowlist that refuses it now is the same answer.
+            return answer(
+                StatusCode::NOT_FOUND,
+                json!({"error": "auth_url_not_served", "message": e.to_string()}),
+            );
         }
     };
-    tracing::info!(scope, sessions_closed = closed, "admin revoke");
-    answer(StatusCode::OK, json!({"sessions_closed": closed}))
+    if delivery.is_delivered() {
+        tracing::info!(scope, sessions_closed = closed, "admin revoke");
+        return answer(StatusCode::OK, json!({"sessions_closed": closed}));
+    }
+    tracing::warn!(
+        scope,
+        sessions_closed = closed,
+        "admin revoke applied here but not yet in the shared tier: other nodes do not know yet"
+    );
+    let mut response = answer(
+        StatusCode::SERVICE_UNAVAILABLE,
+        json!({
+            "error": "revocation_pending",
+            "pending": true,
+            "sessions_closed": closed,
+            "message": "applied on this node, which keeps delivering it, but the shared cache \
+                        (Redis) did not take it in time: other nodes do not know yet; send it \
+                        to another node too",
+        }),
+    );
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        header::HeaderValue::from_static(RETRY_AFTER_SECS),
+    );
+    response
+}
+
+/// What a 503 tells the caller to wait before trying again, in seconds.
+const RETRY_AFTER_SECS: &str = "1";
+
+/// Whether this node's resolver serves `endpoint`: its default authUrl or an allowed one.
+fn serves(node: &dyn AdminNode, endpoint: &Endpoint) -> bool {
+    node.resolver().serves(endpoint.as_str())
 }
 
 /// Reads the body; a refusal names the field at fault and never quotes a value.
-fn parse(node: &dyn AdminNode, body: &[u8]) -> Result<Revoke, String> {
-    const FIELDS: [&str; 5] = ["user_id", "session", "access_token", "all", "auth_url"];
+fn parse(node: &dyn AdminNode, body: &[u8]) -> Result<Request, String> {
+    const FIELDS: [&str; 6] = [
+        "user_id",
+        "session",
+        "access_token",
+        "all",
+        "auth_url",
+        "at",
+    ];
     let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {
         return Err(
             "the body must be a JSON object: {\"user_id\": N} (with an optional \"session\"), {\"access_token\": \"…\"} or {\"all\": true}, with an optional \"auth_url\""
@@ -151,7 +255,20 @@ fn parse(node: &dyn AdminNode, body: &[u8]) -> Result<Revoke, String> {
             FIELDS.join(", ")
         ));
     }
-    let endpoint = || endpoint(node, &fields);
+    let made_at = match fields.get("at") {
+        None => SystemTime::now(),
+        Some(at) => at
+            .as_u64()
+            .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
+            .ok_or("at: must be a time in unix milliseconds (a non-negative integer)")?,
+    };
+    let what = asked(node, &fields)?;
+    Ok(Request { what, made_at })
+}
+
+/// What the body asks to revoke.
+fn asked(node: &dyn AdminNode, fields: &Map<String, Value>) -> Result<Asked, String> {
+    let endpoint = || endpoint(node, fields);
     let session = match fields.get("session") {
         None => None,
         Some(Value::String(session)) if !session.is_empty() && session.len() <= 256 => {
@@ -170,12 +287,12 @@ fn parse(node: &dyn AdminNode, body: &[u8]) -> Result<Revoke, String> {
                 .ok_or("user_id: must be an integer that fits in 64 bits")?;
             let endpoint = endpoint()?;
             Ok(match session {
-                Some(session) => Revoke::Session {
+                Some(session) => Asked::Session {
                     endpoint,
                     user_id,
                     session,
                 },
-                None => Revoke::User { endpoint, user_id },
+                None => Asked::User { endpoint, user_id },
             })
         }
         (_, _, _) if session.is_some() => Err("session: goes with user_id".to_owned()),
@@ -183,13 +300,14 @@ fn parse(node: &dyn AdminNode, body: &[u8]) -> Result<Revoke, String> {
             let token = token
                 .as_str()
                 .filter(|t| check_syntax(t).is_ok())
+                .and_then(|t| AccessToken::new(t).ok())
                 .ok_or("access_token: must be an access token (an RFC 6750 b64token)")?;
-            Ok(Revoke::Token {
+            Ok(Asked::Token {
                 endpoint: endpoint()?,
-                token: token.to_owned(),
+                token,
             })
         }
-        (None, None, Some(Value::Bool(true))) => Ok(Revoke::All),
+        (None, None, Some(Value::Bool(true))) => Ok(Asked::All),
         (None, None, Some(_)) => Err("all: must be true".to_owned()),
         _ => Err("give exactly one of user_id, access_token and all".to_owned()),
     }

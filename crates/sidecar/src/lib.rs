@@ -213,7 +213,7 @@ impl Sidecar {
             resolver,
             config,
         });
-        let revocations = node.resolver.revocations();
+        let revocations = node.resolver.dated_revocations();
         tokio::spawn(live::listen(
             revocations,
             node.cut.clone(),

@@ -18,6 +18,7 @@ pub mod registry;
 pub mod timers;
 
 use std::sync::Weak;
+use std::time::SystemTime;
 
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio_util::sync::CancellationToken;
@@ -25,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 pub use self::recheck::{standing, Pacer, Standing};
 pub use self::registry::{Levers, Mark, Meanwhile, Registry};
 pub use self::timers::{Due, Timers};
-use token_resolver::{AccessToken, Expiry, Revocation, TokenFingerprint, User};
+use token_resolver::{AccessToken, DatedRevocation, Expiry, Revocation, TokenFingerprint, User};
 
 /// Which request a credential came from: a session holds at most one of each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +54,10 @@ pub struct Credential {
     pub session: Option<String>,
     /// When the token stops being valid, when it says (before the clock skew).
     pub expires_at: Option<Expiry>,
+    /// When it was resolved, by this node's clock: a revocation made long enough before it
+    /// ([`DatedRevocation::spares`]) does not close the session. `None` for a stale answer,
+    /// which may be older than any revocation.
+    pub resolved_at: Option<SystemTime>,
 }
 
 impl Credential {
@@ -72,6 +77,7 @@ impl Credential {
             user_id: user.id,
             session: user.session().map(str::to_owned),
             expires_at: user.expires_at,
+            resolved_at: (!user.stale).then(SystemTime::now),
         }
     }
 }
@@ -97,14 +103,18 @@ impl Holdings {
 }
 
 /// Applies `revocations` to the sessions in `registry` until the server is `cut` or gone; a lag
-/// (revocations missed) makes every session check its tokens again.
-pub async fn listen(
-    revocations: broadcast::Receiver<Revocation>,
+/// (revocations missed) makes every session check its tokens again. Given
+/// [`Resolver::dated_revocations`](token_resolver::Resolver::dated_revocations), a revocation
+/// that arrives late spares the sessions resolved well after it was made.
+pub async fn listen<R>(
+    revocations: broadcast::Receiver<R>,
     cut: CancellationToken,
     registry: Weak<Registry>,
-) {
-    follow(revocations, cut, registry, |registry, revocation| {
-        let kicked = registry.revoke(revocation);
+) where
+    R: Clone + From<Revocation> + Into<DatedRevocation>,
+{
+    follow(revocations, cut, registry, |registry, revocation: &R| {
+        let kicked = registry.revoke_dated(&revocation.clone().into());
         if kicked > 0 {
             tracing::info!(kicked, "sessions revoked");
         }
@@ -112,14 +122,14 @@ pub async fn listen(
     .await;
 }
 
-/// Hands each of `revocations` to `apply` with `target` until `cut`, the end of the feed or
-/// `target`'s; a lag (revocations missed) is handed on as [`Revocation::Recheck`], which
-/// assumes nothing of what was missed.
-pub async fn follow<T: ?Sized>(
-    mut revocations: broadcast::Receiver<Revocation>,
+/// Hands each of `revocations` ([`Revocation`]s, or [`DatedRevocation`]s) to `apply` with
+/// `target` until `cut`, the end of the feed or `target`'s; a lag (revocations missed) is
+/// handed on as [`Revocation::Recheck`], which assumes nothing of what was missed.
+pub async fn follow<T: ?Sized, R: Clone + From<Revocation>>(
+    mut revocations: broadcast::Receiver<R>,
     cut: CancellationToken,
     target: Weak<T>,
-    apply: impl Fn(&T, &Revocation),
+    apply: impl Fn(&T, &R),
 ) {
     loop {
         let received = tokio::select! {
@@ -133,7 +143,7 @@ pub async fn follow<T: ?Sized>(
             Ok(revocation) => apply(&target, &revocation),
             Err(RecvError::Lagged(missed)) => {
                 tracing::warn!(missed, "revocations missed: treated as a re-check of all");
-                apply(&target, &Revocation::Recheck);
+                apply(&target, &R::from(Revocation::Recheck));
             }
             Err(RecvError::Closed) => return,
         }

@@ -1,17 +1,19 @@
 //! The [`Registry`] of live sessions: what each session holds (by endpoint, token fingerprint,
 //! user and the integrator's session; never a token), indexed so that a revocation finds the
 //! sessions it names without walking the others, and the latest revocations, so that a session
-//! that was resolving while one came still finds it.
+//! that was resolving while one came still finds it. A revocation that comes with the time it
+//! was made spares the sessions resolved well after it (a fresh token after an unban).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::Holdings;
 use crate::telemetry::REVOKED_TOTAL;
-use token_resolver::{Revocation, TokenFingerprint};
+use token_resolver::{DatedRevocation, Revocation, TokenFingerprint};
 
 /// How many revocations the registry remembers for sessions that were resolving meanwhile.
 const RECENT: usize = 256;
@@ -25,6 +27,8 @@ struct Held {
     user_id: i64,
     /// The integrator's session, when its answer said.
     session: Option<Box<str>>,
+    /// When it was resolved here; `None` for a stale answer.
+    resolved_at: Option<SystemTime>,
 }
 
 /// What the registry keeps of a session: what it holds, and the levers that reach its task.
@@ -122,6 +126,7 @@ impl Registry {
                 token: c.fingerprint.clone(),
                 user_id: c.user_id,
                 session: c.session.as_deref().map(Box::from),
+                resolved_at: c.resolved_at,
             })
             .collect();
         let meanwhile = sessions.meanwhile(&held, since);
@@ -145,6 +150,17 @@ impl Registry {
     /// were kicked now. Finding them costs what the revocation names, not what the registry
     /// holds (but for revoking everything, or a re-check).
     pub fn revoke(&self, revocation: &Revocation) -> usize {
+        self.revoke_sparing(revocation, None)
+    }
+
+    /// [`revoke`](Self::revoke), sparing the sessions whose every credential it names was
+    /// resolved long enough after it was made ([`DatedRevocation::spares`]): a revocation that
+    /// arrives late closes what it named then, not a session a fresh token opened since.
+    pub fn revoke_dated(&self, revocation: &DatedRevocation) -> usize {
+        self.revoke_sparing(revocation, Some(revocation))
+    }
+
+    fn revoke_sparing(&self, revocation: &Revocation, dated: Option<&DatedRevocation>) -> usize {
         let mut sessions = self.lock();
         let seq = sessions.next;
         sessions.next += 1;
@@ -166,7 +182,12 @@ impl Registry {
         let mut kicked = 0;
         for connection in named {
             if let Some(registered) = sessions.by_connection.get(&connection) {
-                if !registered.kick.is_cancelled() {
+                let spared = dated.is_some_and(|dated| {
+                    (registered.held.iter())
+                        .filter(|held| names_one(revocation, held) != Some(false))
+                        .all(|held| held.resolved_at.is_some_and(|at| dated.spares(at)))
+                });
+                if !spared && !registered.kick.is_cancelled() {
                     registered.kick.cancel();
                     kicked += 1;
                 }
@@ -309,22 +330,29 @@ fn forget<K: std::hash::Hash + Eq>(index: &mut HashMap<K, Vec<u64>>, key: &K, co
 /// nobody and asks everybody to check again, and for a kind of revocation this server does not
 /// know yet, which is treated the same way.
 fn names(revocation: &Revocation, held: &[Held]) -> Option<bool> {
+    let mut named = false;
+    for h in held {
+        named |= names_one(revocation, h)?;
+    }
+    Some(named || matches!(revocation, Revocation::All))
+}
+
+/// Whether `revocation` names the credential `h`; `None` as for [`names`].
+fn names_one(revocation: &Revocation, h: &Held) -> Option<bool> {
     Some(match revocation {
-        Revocation::Token { endpoint, token } => held
-            .iter()
-            .any(|h| *h.endpoint == **endpoint && h.token == *token),
-        Revocation::User { endpoint, user_id } => held
-            .iter()
-            .any(|h| *h.endpoint == **endpoint && h.user_id == *user_id),
+        Revocation::Token { endpoint, token } => *h.endpoint == **endpoint && h.token == *token,
+        Revocation::User { endpoint, user_id } => {
+            *h.endpoint == **endpoint && h.user_id == *user_id
+        }
         Revocation::Session {
             endpoint,
             user_id,
             session,
-        } => held.iter().any(|h| {
+        } => {
             *h.endpoint == **endpoint
                 && h.user_id == *user_id
                 && h.session.as_deref() == Some(session.as_str())
-        }),
+        }
         Revocation::All => true,
         _ => return None,
     })
@@ -444,5 +472,33 @@ mod tests {
             registry.update(4, &holdings, registry.mark()),
             Meanwhile::Nothing
         );
+    }
+
+    #[tokio::test]
+    async fn a_late_revocation_spares_only_sessions_resolved_well_after_it_was_made() {
+        use std::time::{Duration, SystemTime};
+        use token_resolver::Revoke;
+        let (registry, resolver) = registry();
+        let mut dated = resolver.dated_revocations();
+        let ban = || Revoke::User {
+            auth_url: AT.into(),
+            user_id: 7,
+        };
+        let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        let within = Duration::from_secs(1);
+        resolver.revoke(ban(), an_hour_ago, within).await.unwrap();
+        let late = dated.recv().await.unwrap();
+        assert_eq!(late.made_at(), Some(an_hour_ago));
+        assert_eq!(
+            registry.revoke_dated(&late),
+            0,
+            "resolved an hour after the ban"
+        );
+        resolver
+            .revoke(ban(), SystemTime::now(), within)
+            .await
+            .unwrap();
+        let now = dated.recv().await.unwrap();
+        assert_eq!(registry.revoke_dated(&now), 2, "both of user 7's sessions");
     }
 }
