@@ -3,11 +3,13 @@
 //! without holding back the others.
 //!
 //! A window starts with a key's first count and runs its length; the key then starts afresh.
-//! The map is bounded: past [`MAX_KEYS`] it drops the keys whose window ended, and if every one
-//! is still counting, it starts again (an attacker with that many keys is not stopped by a
-//! per-key budget anyway).
+//! The map is bounded, and a count costs O(1) however full it is: keys are kept in the order
+//! their windows began, which (every window being as long) is the order they end in. Each count
+//! drops up to two keys whose window ended from the front of that order, and a new key in a full
+//! map ([`MAX_KEYS`]) drops the oldest one still counting: its caller starts afresh, nobody else
+//! does. Nothing ever scans the map under the lock.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -17,21 +19,86 @@ use tokio::time::Instant;
 /// Keys counted at once, at most.
 pub const MAX_KEYS: usize = 100_000;
 
+/// Keys whose window ended dropped by each count, at most.
+const SWEEP_STEPS: usize = 2;
+
 /// Counts per key, each key at most `budget` per `window`.
 #[derive(Debug)]
 pub struct Budget<K> {
     budget: u32,
     window: Duration,
-    by_key: Mutex<HashMap<K, (Instant, u32)>>,
+    by_key: Mutex<Counts<K>>,
 }
 
-impl<K: Hash + Eq> Budget<K> {
+/// The counts, and the order their windows began in.
+#[derive(Debug)]
+struct Counts<K> {
+    /// Each key's window start and count.
+    by_key: HashMap<K, (Instant, u32)>,
+    /// Every window begun, oldest first: an entry whose start is not its key's now is from a
+    /// window that ended, dropped when it reaches the front.
+    order: VecDeque<(K, Instant)>,
+    /// Entries of `order` looked at to make room so far: what counts cost.
+    #[cfg(test)]
+    visited: u64,
+}
+
+impl<K: Hash + Eq + Clone> Counts<K> {
+    /// Whether `order`'s entry (`key`, `since`) is `key`'s window now.
+    fn current(&self, key: &K, since: Instant) -> bool {
+        self.by_key
+            .get(key)
+            .is_some_and(|(start, _)| *start == since)
+    }
+
+    /// Drops the front of the order if its window ended by `now` (or it is outdated); says
+    /// whether it did.
+    fn sweep_front(&mut self, now: Instant, window: Duration) -> bool {
+        let Some((key, since)) = self.order.front() else {
+            return false;
+        };
+        #[cfg(test)]
+        {
+            self.visited += 1;
+        }
+        if now.duration_since(*since) < window && self.current(key, *since) {
+            return false;
+        }
+        if let Some((key, since)) = self.order.pop_front() {
+            if self.current(&key, since) {
+                self.by_key.remove(&key);
+            }
+        }
+        true
+    }
+
+    /// Forgets the key whose window began first, outdated entries dropped on the way.
+    fn evict_oldest(&mut self) {
+        while let Some((key, since)) = self.order.pop_front() {
+            #[cfg(test)]
+            {
+                self.visited += 1;
+            }
+            if self.current(&key, since) {
+                self.by_key.remove(&key);
+                return;
+            }
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone> Budget<K> {
     /// `budget` counts per `window` per key; a budget of 0 turns the count off.
     pub fn new(budget: u32, window: Duration) -> Budget<K> {
         Budget {
             budget,
             window,
-            by_key: Mutex::new(HashMap::new()),
+            by_key: Mutex::new(Counts {
+                by_key: HashMap::new(),
+                order: VecDeque::new(),
+                #[cfg(test)]
+                visited: 0,
+            }),
         }
     }
 
@@ -40,8 +107,8 @@ impl<K: Hash + Eq> Budget<K> {
         if self.budget == 0 {
             return None;
         }
-        let by_key = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-        let &(since, count) = by_key.get(key)?;
+        let counts = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        let &(since, count) = counts.by_key.get(key)?;
         // A window that has run its length is over, as `record` sees it.
         let left = (self.window.checked_sub(since.elapsed())).filter(|left| !left.is_zero())?;
         (count >= self.budget).then_some(left)
@@ -53,17 +120,27 @@ impl<K: Hash + Eq> Budget<K> {
             return;
         }
         let now = Instant::now();
-        let mut by_key = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-        let (since, count) = by_key.entry(key).or_insert((now, 0));
-        if now.duration_since(*since) >= self.window {
-            (*since, *count) = (now, 0);
+        let window = self.window;
+        let mut counts = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        for _ in 0..SWEEP_STEPS {
+            if !counts.sweep_front(now, window) {
+                break;
+            }
         }
-        *count = count.saturating_add(1);
-        if by_key.len() > MAX_KEYS {
-            let window = self.window;
-            by_key.retain(|_, (since, _)| now.duration_since(*since) < window);
-            if by_key.len() > MAX_KEYS {
-                by_key.clear();
+        match counts.by_key.get_mut(&key) {
+            Some((since, count)) if now.duration_since(*since) < window => {
+                *count = count.saturating_add(1);
+            }
+            Some(entry) => {
+                *entry = (now, 1);
+                counts.order.push_back((key, now));
+            }
+            None => {
+                if counts.by_key.len() >= MAX_KEYS {
+                    counts.evict_oldest();
+                }
+                counts.by_key.insert(key.clone(), (now, 1));
+                counts.order.push_back((key, now));
             }
         }
     }
@@ -118,11 +195,59 @@ mod tests {
     }
 
     #[test]
+    fn a_full_map_forgets_its_oldest_key_not_every_count() {
+        // MAX_KEYS keys all within their window, the last one spent: one key more forgets the
+        // oldest, and the spent key stays spent (emptying the map would have given it back its
+        // budget, to any caller able to bring that many keys). Each new key looks at a handful
+        // of entries, counted rather than timed (a sweep looked at every key).
+        let budget = Budget::new(3, Duration::from_secs(60));
+        for key in 0..MAX_KEYS as u32 - 1 {
+            budget.record(key);
+        }
+        let spent = u32::MAX;
+        for _ in 0..3 {
+            budget.record(spent);
+        }
+        assert!(budget.exhausted(&spent).is_some());
+        let before = budget.by_key.lock().unwrap().visited;
+        for key in 0..1_000 {
+            budget.record(u32::MAX - 1 - key);
+        }
+        assert!(budget.exhausted(&spent).is_some(), "still spent");
+        let counts = budget.by_key.lock().unwrap();
+        let per_key = (counts.visited - before) / 1_000;
+        assert!(per_key <= 4, "entries looked at per new key: {per_key}");
+        assert_eq!(counts.by_key.len(), MAX_KEYS);
+        assert!(!counts.by_key.contains_key(&999), "the oldest went");
+        assert!(counts.by_key.contains_key(&1_000));
+        assert!(counts.order.len() <= 2 * MAX_KEYS);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keys_whose_window_ended_are_dropped_as_others_count() {
+        let budget = Budget::new(3, Duration::from_secs(10));
+        for key in 0..100u32 {
+            budget.record(key);
+        }
+        tokio::time::advance(Duration::from_secs(10)).await;
+        for _ in 0..50 {
+            budget.record(1_000u32);
+        }
+        let counts = budget.by_key.lock().unwrap();
+        assert_eq!(
+            counts.by_key.len(),
+            1,
+            "two ended windows dropped per count"
+        );
+        assert_eq!(counts.order.len(), 1);
+    }
+
+    #[test]
     fn a_budget_of_zero_counts_nothing() {
         let budget = Budget::new(0, Duration::from_secs(60));
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         budget.record(a);
         assert_eq!(budget.exhausted(&a), None);
-        assert!(budget.by_key.lock().unwrap().is_empty());
+        assert!(budget.by_key.lock().unwrap().by_key.is_empty());
     }
 }
