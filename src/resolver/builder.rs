@@ -218,7 +218,9 @@ impl ResolverBuilder {
     /// Serve an answer up to this long past its freshness when the auth API is unavailable or
     /// times out; the user is then flagged [`User::stale`] and counted in
     /// `token_resolver_stale_served_total`. Never when the API rejects the token or breaks the
-    /// protocol. Default: zero (off).
+    /// protocol, nor when something the answer stands for (its token, user or session, or
+    /// everything) was revoked while the failed call was under way: every caller of that call
+    /// is then refused with `token_rejected`. Default: zero (off).
     ///
     /// **The trade-off:** during an outage a token revoked at the API may still be accepted for
     /// up to this window, and an answer's `max-age` no longer bounds how long it is used. Turn
