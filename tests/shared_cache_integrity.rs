@@ -320,3 +320,55 @@ async fn a_generation_that_goes_back_in_redis_is_not_adopted_and_is_raised_again
     );
     assert!(api.requests() > calls, "the API was asked");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authentic_revocation_told_again_is_applied_once() {
+    // Would have caught: a copy of a real ban, added again to the stream by someone, kicking
+    // the user again (or a retry whose first try got through telling it twice).
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let api = reference_api().await;
+    let base = api.base_url();
+    let token = login_and_take_token(&base, "carol", "carolina").await;
+    let (a, b) = (node(&base, &redis), node(&base, &redis));
+    b.resolve(&base, &token).await.unwrap();
+    eventually("B listens", || b.shared_cache_subscribed()).await;
+    a.invalidate_user(&base, 3);
+    eventually("the ban reaches B", || b.stats().entries == 0).await;
+
+    // The ban's entry as the stream holds it: its message and its MAC.
+    let (_, fields) = redis
+        .dump()
+        .into_iter()
+        .find(|(key, _)| key == STREAM.as_bytes())
+        .unwrap();
+    let fields: Vec<String> = fields
+        .into_iter()
+        .map(|f| String::from_utf8(f).unwrap())
+        .collect();
+    let at = fields
+        .chunks(2)
+        .position(|pair| pair[0] == "m" && pair[1].contains(r#""op":"user""#))
+        .unwrap();
+    let (message, mac) = (&fields[2 * at + 1], &fields[2 * at + 3]);
+    assert_eq!(fields[2 * at + 2], "s");
+
+    // Carol comes back (unbanned), and a copy of the ban is told again.
+    b.resolve(&base, &token).await.unwrap();
+    assert_eq!(b.stats().entries, 1);
+    let mut told = b.revocations();
+    redis
+        .command(&["XADD", STREAM, "*", "m", message, "s", mac])
+        .unwrap();
+    a.invalidate(&base, "another-token");
+    let first = tokio::time::timeout(Duration::from_secs(10), told.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(first, Revocation::Token { .. }),
+        "the copy was not applied: {first:?}"
+    );
+    assert_eq!(b.stats().entries, 1, "B kept Carol");
+}

@@ -30,7 +30,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis::streams::StreamRangeReply;
 use redis::RedisResult;
@@ -98,13 +98,6 @@ impl SharedCache {
         self.subscribed.load(Ordering::Acquire)
     }
 
-    /// Whether this node hears every revocation, as far as it knows: the flag the hit path
-    /// reads. `true` until the reader first loses the stream or fails to reach it (within
-    /// [`SILENCE`] of it), and again once a read has taken everything there was.
-    pub(crate) fn trusted_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
-        self.trusted.clone()
-    }
-
     /// Starts, once, the task that applies other nodes' revocations to `local`.
     pub(crate) fn start_subscriber(&self, local: Weak<Local>) {
         if self.subscriber.get().is_some() {
@@ -118,14 +111,13 @@ impl SharedCache {
             backend: self.backend.clone(),
             core: self.core.clone(),
             subscribed: self.subscribed.clone(),
-            trusted: self.trusted.clone(),
-            health: self.health.clone(),
             local,
             last: Position(0, 0),
             placed: false,
             read_any: false,
             read_all: false,
             endpoints: Endpoints::default(),
+            seen: Seen::default(),
             me: self.core.node_id(),
         };
         let _ = self.subscriber.set(runtime.spawn(reader.run()));
@@ -137,10 +129,6 @@ struct Reader {
     backend: Arc<super::connect::Backend>,
     core: Arc<Core>,
     subscribed: Arc<std::sync::atomic::AtomicBool>,
-    /// See [`SharedCache::trusted_flag`].
-    trusted: Arc<std::sync::atomic::AtomicBool>,
-    /// Where a lost stream is counted (`op` = `subscribe`), as the tier's other failures.
-    health: Arc<super::Health>,
     local: Weak<Local>,
     /// The last entry applied (or, before the first read, where reading starts).
     last: Position,
@@ -152,6 +140,8 @@ struct Reader {
     read_any: bool,
     /// The endpoints revocations named lately, parsed.
     endpoints: Endpoints,
+    /// The messages applied lately.
+    seen: Seen,
     /// This node's id as its messages carry it: the reader skips those.
     me: String,
 }
@@ -179,6 +169,46 @@ impl Endpoints {
     }
 }
 
+/// The messages applied lately, by the first 64 bits of their MAC, with when each was made: an
+/// authentic message told again within the replay window (a retry whose first try got through
+/// after all, or someone's copy) is applied once. Bounded: what is older than the window is
+/// forgotten whenever the map doubles.
+struct Seen {
+    made: HashMap<u64, u64>,
+    /// The size at which the next pruning happens.
+    prune_at: usize,
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Seen {
+            made: HashMap::new(),
+            prune_at: Seen::FLOOR,
+        }
+    }
+}
+
+impl Seen {
+    /// Messages kept before the first pruning.
+    const FLOOR: usize = 1024;
+
+    /// Whether the message whose MAC (hex) is `mac` is new; remembers it as made at
+    /// `made_at_ms`, and forgets, now and then, those made more than `window_ms` before `now_ms`.
+    fn first(&mut self, mac: &[u8], made_at_ms: u64, now_ms: u64, window_ms: u64) -> bool {
+        let id = mac
+            .get(..16)
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+            .unwrap_or_default();
+        if self.made.len() >= self.prune_at {
+            self.made
+                .retain(|_, made| made.saturating_add(window_ms) >= now_ms);
+            self.prune_at = (self.made.len() * 2).max(Seen::FLOOR);
+        }
+        self.made.insert(id, made_at_ms).is_none()
+    }
+}
+
 impl Reader {
     async fn run(mut self) {
         let mut delay = Duration::from_millis(50);
@@ -186,8 +216,6 @@ impl Reader {
             match self.session().await {
                 Ended::Gone => return,
                 Ended::Lost(detail) => {
-                    self.trusted.store(false, Ordering::Release);
-                    self.health.failed("subscribe", &detail);
                     if self.subscribed.swap(false, Ordering::AcqRel) {
                         metrics::counter!(telemetry::SHARED_CACHE_CHANNEL_LOSSES_TOTAL)
                             .increment(1);
@@ -229,10 +257,7 @@ impl Reader {
             match read {
                 // Caught up once a read returns less than a full batch: until then this node
                 // may hold what another revoked, and its cache admits nobody (`Tiers`).
-                Ok(Ok(true)) if self.read_all => {
-                    self.subscribed.store(true, Ordering::Release);
-                    self.trusted.store(true, Ordering::Release);
-                }
+                Ok(Ok(true)) if self.read_all => self.subscribed.store(true, Ordering::Release),
                 Ok(Ok(true)) => {}
                 Ok(Ok(false)) => return Ended::Gone,
                 Ok(Err(e)) => return Ended::Lost(super::error::describe(&e)),
@@ -436,14 +461,17 @@ impl Reader {
                 tracing::warn!("ignoring a revocation told again long after it was made");
                 continue;
             }
+            if !self.seen.first(mac, told.made_at_ms, now, window) {
+                tracing::debug!("ignoring a revocation told twice (a retry, or a copy)");
+                continue;
+            }
             if let Revoked::All { generation } = told.what() {
                 self.core
                     .generation
                     .fetch_max(*generation, Ordering::AcqRel);
             }
             let at = told.what().endpoint().and_then(|e| self.endpoints.get(e));
-            let made_at = Some(UNIX_EPOCH + Duration::from_millis(told.decided_at_ms));
-            applied.extend(told.apply(at, &local, now).map(|r| (r, made_at)));
+            applied.extend(told.apply(at, &local, now));
         }
         if !applied.is_empty() {
             local.tell(applied);
@@ -656,6 +684,21 @@ mod tests {
             stream_entries(Value::Nil).is_empty(),
             "a read that timed out"
         );
+    }
+
+    #[test]
+    fn a_message_is_applied_once_and_what_is_seen_stays_bounded() {
+        let mut seen = Seen::default();
+        let mac = |i: u64| format!("{i:016x}{}", "0".repeat(48));
+        assert!(seen.first(mac(1).as_bytes(), 1_000, 1_000, 100));
+        assert!(
+            !seen.first(mac(1).as_bytes(), 1_000, 1_050, 100),
+            "told twice"
+        );
+        for i in 2..10_000 {
+            assert!(seen.first(mac(i).as_bytes(), 1_000 + i, 1_000 + i, 100));
+            assert!(seen.made.len() <= 2 * Seen::FLOOR, "{}", seen.made.len());
+        }
     }
 
     #[test]
