@@ -145,8 +145,9 @@ pub struct LoginLimits {
     pub first_lockout: Duration,
     /// The longest lockout. Default: 15 min.
     pub max_lockout: Duration,
-    /// Usernames, and addresses, tracked at most (each map apart); at the cap the entry that
-    /// would be forgotten first makes room. Default: 100,000.
+    /// Usernames, and addresses, tracked at most (each map apart); at the cap the key quiet
+    /// the longest makes room (a locked-out one is passed over a few times first), at a cost
+    /// that does not grow with the cap. Default: 100,000.
     pub max_tracked: usize,
     /// Password checks (argon2, ~19 MiB and a core each) running at once. Default: one per
     /// core beyond the first, at least 1.
