@@ -238,3 +238,35 @@ async fn a_follower_of_the_revocations_that_falls_behind_checks_every_session_ag
         ("revoked", &json!("g"))
     );
 }
+
+#[tokio::test]
+async fn a_stream_holds_an_id_of_this_process_before_any_event() {
+    use futures_util::StreamExt;
+
+    let api = support::reference_api().await;
+    let resolver = Resolver::builder()
+        .default_auth_url(api.base_url())
+        .build()
+        .unwrap();
+    let sidecar = Sidecar::new(resolver, SidecarConfig::default())
+        .spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let response = reqwest::get(format!("http://{}/v1/events", sidecar.local_addr()))
+        .await
+        .unwrap();
+    let mut body = response.bytes_stream();
+    let first = tokio::time::timeout(Duration::from_secs(5), body.next())
+        .await
+        .expect("at once")
+        .expect("a chunk")
+        .unwrap();
+    let first = String::from_utf8(first.to_vec()).unwrap();
+    // `id:` alone: an EventSource keeps it, and no client acts on an event without data.
+    let id = first
+        .strip_prefix("id: ")
+        .and_then(|rest| rest.strip_suffix("\n\n"))
+        .unwrap_or_else(|| panic!("{first:?}"));
+    assert_eq!(n(id), 0);
+    assert_eq!(epoch(id).len(), 16, "{id}");
+}
