@@ -30,7 +30,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use redis::streams::StreamRangeReply;
 use redis::RedisResult;
@@ -98,6 +98,13 @@ impl SharedCache {
         self.subscribed.load(Ordering::Acquire)
     }
 
+    /// Whether this node hears every revocation, as far as it knows: the flag the hit path
+    /// reads. `true` until the reader first loses the stream or fails to reach it (within
+    /// [`SILENCE`] of it), and again once a read has taken everything there was.
+    pub(crate) fn trusted_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.trusted.clone()
+    }
+
     /// Starts, once, the task that applies other nodes' revocations to `local`.
     pub(crate) fn start_subscriber(&self, local: Weak<Local>) {
         if self.subscriber.get().is_some() {
@@ -111,6 +118,8 @@ impl SharedCache {
             backend: self.backend.clone(),
             core: self.core.clone(),
             subscribed: self.subscribed.clone(),
+            trusted: self.trusted.clone(),
+            health: self.health.clone(),
             local,
             last: Position(0, 0),
             placed: false,
@@ -129,6 +138,10 @@ struct Reader {
     backend: Arc<super::connect::Backend>,
     core: Arc<Core>,
     subscribed: Arc<std::sync::atomic::AtomicBool>,
+    /// See [`SharedCache::trusted_flag`].
+    trusted: Arc<std::sync::atomic::AtomicBool>,
+    /// Where a lost stream is counted (`op` = `subscribe`), as the tier's other failures.
+    health: Arc<super::Health>,
     local: Weak<Local>,
     /// The last entry applied (or, before the first read, where reading starts).
     last: Position,
@@ -216,6 +229,8 @@ impl Reader {
             match self.session().await {
                 Ended::Gone => return,
                 Ended::Lost(detail) => {
+                    self.trusted.store(false, Ordering::Release);
+                    self.health.failed("subscribe", &detail);
                     if self.subscribed.swap(false, Ordering::AcqRel) {
                         metrics::counter!(telemetry::SHARED_CACHE_CHANNEL_LOSSES_TOTAL)
                             .increment(1);
@@ -257,7 +272,10 @@ impl Reader {
             match read {
                 // Caught up once a read returns less than a full batch: until then this node
                 // may hold what another revoked, and its cache admits nobody (`Tiers`).
-                Ok(Ok(true)) if self.read_all => self.subscribed.store(true, Ordering::Release),
+                Ok(Ok(true)) if self.read_all => {
+                    self.subscribed.store(true, Ordering::Release);
+                    self.trusted.store(true, Ordering::Release);
+                }
                 Ok(Ok(true)) => {}
                 Ok(Ok(false)) => return Ended::Gone,
                 Ok(Err(e)) => return Ended::Lost(super::error::describe(&e)),
@@ -471,7 +489,8 @@ impl Reader {
                     .fetch_max(*generation, Ordering::AcqRel);
             }
             let at = told.what().endpoint().and_then(|e| self.endpoints.get(e));
-            applied.extend(told.apply(at, &local, now));
+            let made_at = Some(UNIX_EPOCH + Duration::from_millis(told.decided_at_ms));
+            applied.extend(told.apply(at, &local, now).map(|r| (r, made_at)));
         }
         if !applied.is_empty() {
             local.tell(applied);
