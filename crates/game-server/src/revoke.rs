@@ -18,7 +18,7 @@
 //! |---|---|---|
 //! | 200 | `{"sessions_closed": N}` | the revocation is in the shared tier (every node applies it), or there is none |
 //! | 503, `Retry-After` | `{"error": "revocation_pending", "pending": true, "sessions_closed": N, …}` | the shared tier did not take it within the bound (`AdminConfig::revoke_ack_within`): this node applied it and keeps trying, but other nodes do not know yet; ask another node |
-//! | 404 | `{"error": "auth_url_not_served", …}` | this server serves no such authUrl (neither its default nor an allowed one) |
+//! | 422 | `{"error": "auth_url_not_served", …}` | this server serves no such authUrl (neither its default nor an allowed one): it holds nothing there, and a retry would not change that |
 //!
 //! A revocation that carries an `"at"` long before a session was resolved (a late delivery,
 //! after an unban and a fresh token) does not close that session, here or on other nodes. No
@@ -128,7 +128,7 @@ pub(super) async fn revoke(
             "admin revoke for an authUrl this server does not serve"
         );
         return answer(
-            StatusCode::NOT_FOUND,
+            StatusCode::UNPROCESSABLE_ENTITY,
             json!({
                 "error": "auth_url_not_served",
                 "message": format!(
@@ -193,7 +193,7 @@ pub(super) async fn revoke(
         Err(e) => {
             // Checked above; an allowlist that refuses it now is the same answer.
             return answer(
-                StatusCode::NOT_FOUND,
+                StatusCode::UNPROCESSABLE_ENTITY,
                 json!({"error": "auth_url_not_served", "message": e.to_string()}),
             );
         }

@@ -272,8 +272,9 @@ async fn a_revocation_that_arrives_late_spares_sessions_resolved_long_after_it_w
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revocation_for_an_auth_url_the_server_does_not_serve_says_so() {
-    // Pins down the answer to a revocation sent to the wrong server: 404 auth_url_not_served,
-    // not `sessions_closed: 0`, which would read as "done" to the integrator.
+    // Pins down the answer to a revocation sent to the wrong server: 422 auth_url_not_served
+    // (the integrator's notifier gives it up and logs it), not `sessions_closed: 0`, which
+    // would read as "done".
     let api = api(Arc::default()).await;
     let resolver = resolver_for(&api.url()).build().unwrap();
     let game = support::game_server(resolver, vec![support::room("lobby", None)]).await;
@@ -292,7 +293,7 @@ async fn a_revocation_for_an_auth_url_the_server_does_not_serve_says_so() {
         json!({"access_token": "alice", "auth_url": "http://127.0.0.1:9/other"}),
     ] {
         let (status, _, answer) = revoke(admin.local_addr(), body.clone()).await;
-        assert_eq!(status, 404, "{body}: {answer}");
+        assert_eq!(status, 422, "{body}: {answer}");
         assert_eq!(answer["error"], "auth_url_not_served", "{body}");
     }
     let (status, _, answer) = revoke(
