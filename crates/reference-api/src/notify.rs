@@ -289,7 +289,8 @@ pub struct PendingNotifications {
     pub oldest_secs: f64,
     /// Notifications the game server took so far.
     pub delivered: u64,
-    /// Notifications given up on so far (dropped at the bound or past the retry window).
+    /// Notifications given up on so far (dropped at the bound, past the retry window, or
+    /// refused for their body).
     pub dropped: u64,
     /// Why the last failed try failed.
     pub last_error: Option<String>,
