@@ -106,7 +106,8 @@ pub struct SidecarConfig {
     pub unverified_grace: Option<Duration>,
     /// Longest a session goes without its tokens being resolved again (through the cache)
     /// when they do not expire before: a token with no `exp`, or one far ahead, is checked at
-    /// least this often, and the session `revoked` if it fell. Default: 5 min.
+    /// least this often (100 ms at the least), and the session `revoked` if it fell.
+    /// Default: 5 min.
     pub max_unchecked: Duration,
     /// How long the sessions are kept while no stream reads `GET /v1/events`: then they are
     /// forgotten (as `DELETE /v1/sessions/{id}` would), counted in

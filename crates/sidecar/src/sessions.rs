@@ -44,6 +44,9 @@ use token_resolver_game_server::live::{
 /// Sessions kept at once, at most.
 pub(crate) const MAX_SESSIONS: usize = 100_000;
 
+/// The shortest [`max_unchecked`](crate::SidecarConfig::max_unchecked) taken.
+const MIN_UNCHECKED: Duration = Duration::from_millis(100);
+
 /// Sessions forgotten because no stream read `GET /v1/events` for
 /// [`reclaim_after`](crate::SidecarConfig::reclaim_after).
 pub const SESSIONS_RECLAIMED_TOTAL: &str = "sidecar_sessions_reclaimed_total";
@@ -277,7 +280,8 @@ fn check<'a>(node: &'a Node, holdings: &Holdings) -> Check<'a> {
 /// [`max_unchecked`](crate::SidecarConfig::max_unchecked), unless they expire before (then
 /// their expiry asks for a refresh, which is a resolve).
 fn next_check(node: &Node, holdings: &Holdings) -> Option<tokio::time::Instant> {
-    let bound = node.config.max_unchecked;
+    // A bound of zero would check without pause.
+    let bound = node.config.max_unchecked.max(MIN_UNCHECKED);
     let expires_in =
         (holdings.earliest_expiry()).map(|exp| exp.remaining(node.resolver.clock_skew()));
     if expires_in.is_some_and(|left| left <= bound) {
