@@ -499,6 +499,35 @@ mod tests {
     }
 
     #[test]
+    fn any_bytes_and_any_change_to_a_message_read_to_an_error_or_fail_its_mac_never_a_panic() {
+        let key = stream_mac(b"0123456789abcdef");
+        let json =
+            br#"{"node":"a","at":1,"op":"session","endpoint":"e","user_id":1,"session":"s"}"#;
+        let mac = Message::mac(&key, "p:revocations", json);
+        let mut rng = fastrand::Rng::with_seed(11);
+        for _ in 0..5_000 {
+            let mut changed = json.to_vec();
+            let at = rng.usize(..changed.len());
+            match rng.u8(..3) {
+                0 => changed[at] ^= 1 << rng.u8(..8),
+                1 => changed.truncate(at),
+                _ => changed.insert(at, rng.u8(..)),
+            }
+            let _ = Message::read(&changed, "b");
+            assert!(!Message::authentic(
+                &key,
+                "p:revocations",
+                &changed,
+                mac.as_bytes()
+            ));
+            let len = rng.usize(..200);
+            let random: Vec<u8> = std::iter::repeat_with(|| rng.u8(..)).take(len).collect();
+            let _ = Message::read(&random, "b");
+            assert!(!Message::authentic(&key, "p:revocations", json, &random));
+        }
+    }
+
+    #[test]
     fn a_message_is_authentic_only_under_its_streams_key_for_its_stream_and_bytes() {
         let key = stream_mac(b"0123456789abcdef");
         let json = br#"{"node":"a","at":1,"op":"all","generation":2}"#;

@@ -25,7 +25,7 @@
 //! wakes a subscriber once per read rather than once per revocation. What a revocation costs
 //! here does not grow with the cache (`cargo bench --bench remote_invalidation --features
 //! redis`): a token is found through the index by its fingerprint, with no MAC computed, and
-//! the reply is taken apart as it came.
+//! the reply is taken apart as it came. The one MAC a message costs is its own, checked once.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
