@@ -243,3 +243,88 @@ async fn a_ban_made_while_the_game_server_is_unreachable_kicks_the_player_once_t
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ban_delivered_late_closes_what_it_named_then_not_a_session_opened_after_the_unban() {
+    // Pins down the notice's `at`: the ban waits in the outbox behind a partition while the
+    // user is unbanned and logs in again; when it arrives, it closes the session resolved
+    // before it was made, not the one resolved after (past the cache TTL and the clock skew,
+    // so it could not hold a cached answer from before the ban). Without `at` the game server
+    // would date the ban at its arrival and close both.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let resolver = Resolver::builder()
+        .default_auth_url(&base)
+        .cache_ttl(Duration::from_millis(300))
+        .clock_skew(Duration::ZERO)
+        .build()
+        .unwrap();
+    let config = GameServerConfig {
+        rooms: vec![room("arena", None)],
+        ..GameServerConfig::default()
+    };
+    let game = game_server_with(resolver, config).await;
+    let admin = game
+        .spawn_admin(
+            "127.0.0.1:0".parse().unwrap(),
+            AdminConfig {
+                revoke_secret: Some(AdminSecret::new(ADMIN_SECRET).unwrap()),
+                ..AdminConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+    let path = support::Relay::start(admin.local_addr()).await;
+    let api = ReferenceApi::new(ApiConfig {
+        admin_secret: Some(reference_api::AdminSecret::new(ADMIN_SECRET).unwrap()),
+        notify: vec![format!("http://{}", path.addr())],
+        ..ApiConfig::default()
+    })
+    .unwrap()
+    .spawn_on(listener)
+    .unwrap();
+    let admin_call = |action: &'static str| {
+        let base = base.clone();
+        async move {
+            let answer = reqwest::Client::new()
+                .post(format!("{base}/api/admin/{action}"))
+                .bearer_auth(ADMIN_SECRET)
+                .json(&serde_json::json!({"user_id": 1}))
+                .send()
+                .await
+                .unwrap();
+            assert!(
+                answer.status().is_success(),
+                "{action}: {}",
+                answer.status()
+            );
+        }
+    };
+    let before = logged_in(&base, "alice", "wonderland").await;
+    let token = before.authorization_access_token.clone().unwrap();
+    let mut resolved_before = in_the_first_room(&game, token.secret()).await;
+
+    path.refuse(true);
+    admin_call("ban").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    admin_call("unban").await;
+    let after = logged_in(&base, "alice", "wonderland").await;
+    let token = after.authorization_access_token.clone().unwrap();
+    let mut resolved_after = in_the_first_room(&game, token.secret()).await;
+    assert_eq!(api.api().pending_notifications(), 1, "the ban waits");
+
+    path.refuse(false);
+    assert!(
+        is_revoked(&mut resolved_before).await,
+        "the late ban closes the session it named"
+    );
+    eventually("the ban is delivered", || {
+        api.api().pending_notifications() == 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        resolved_after.search_rooms().await.is_ok(),
+        "the session opened after the unban stays"
+    );
+}
