@@ -9,7 +9,8 @@
 //! oldest makes room (one still locked out or with an attempt in progress is passed over a few
 //! times first). Both are O(1) per new key: the keys are kept in the order of their last
 //! failure, a queue whose outdated entries are skipped when they reach its front, so that
-//! nothing ever scans the map under the lock.
+//! nothing scans the map under the lock. (The queue itself is compacted once it holds twice as
+//! many entries as there are keys: one pass per as many failures, amortized O(1).)
 //!
 //! Addresses are counted by host: IPv4 as it is, IPv6 by its /64. One IPv6 /48 holds 65,536
 //! /64s: once [`PER_48`] of them are tracked, the /48's further /64s share one record of the
