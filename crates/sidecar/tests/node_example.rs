@@ -43,6 +43,11 @@ fn node_installed() -> bool {
 
 /// Starts the example against the sidecar at `sidecar`, on a free port.
 fn start_node(sidecar: SocketAddr) -> NodeServer {
+    start_node_with(sidecar, &[])
+}
+
+/// [`start_node`] with more of its environment.
+fn start_node_with(sidecar: SocketAddr, env: &[(&str, &str)]) -> NodeServer {
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/node-game-server/server.js"
@@ -51,6 +56,7 @@ fn start_node(sidecar: SocketAddr) -> NodeServer {
         .arg(script)
         .env("SIDECAR_URL", format!("http://{sidecar}"))
         .env("PORT", "0")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -176,4 +182,70 @@ async fn after_a_sidecar_restart_the_node_game_server_resolves_its_players_again
         1,
         "bob's session is watched by the new sidecar"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_player_the_node_game_server_cannot_check_again_after_a_resync_is_closed_within_its_bound(
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use token_resolver::Resolver;
+    use token_resolver_sidecar::Sidecar;
+    use token_resolver_support::{respond, user_answer, Scripted};
+
+    if !node_installed() {
+        return;
+    }
+    let down = Arc::new(AtomicBool::new(false));
+    let upstream = {
+        let down = down.clone();
+        Scripted::start(move |_, _| {
+            let down = down.load(Ordering::SeqCst);
+            async move {
+                if down {
+                    respond(503, &[("retry-after", "1")], b"")
+                } else {
+                    user_answer(7, "grace")
+                }
+            }
+        })
+        .await
+    };
+    let sidecar_at = |addr: SocketAddr| {
+        let resolver = Resolver::builder()
+            .default_auth_url(upstream.url())
+            .build()
+            .unwrap();
+        async move {
+            Sidecar::new(resolver, SidecarConfig::default())
+                .spawn(addr)
+                .await
+        }
+    };
+    let sidecar = sidecar_at("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = sidecar.local_addr();
+    let node = start_node_with(addr, &[("RESYNC_WITHIN_MS", "1500")]);
+    let (mut grace, hello) = Player::connect(node.addr, "some-token").await;
+    assert_eq!(hello["user"]["id"], 7);
+
+    // The Node server opened its stream when it started, and holds the id it was sent first
+    // (no event came): time for it to arrive.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A new sidecar, and the integrator cannot answer: the player can be neither confirmed nor
+    // refused.
+    sidecar.shutdown().await;
+    down.store(true, Ordering::SeqCst);
+    let _again = sidecar_at(addr).await.unwrap();
+    let since = std::time::Instant::now();
+    let told = grace.read(Duration::from_secs(15)).await;
+    assert_eq!(
+        told,
+        Some(json!({"type": "revoked", "reason": "unverified"}))
+    );
+    assert!(
+        since.elapsed() >= Duration::from_millis(1000),
+        "not before the bound: {:?}",
+        since.elapsed()
+    );
+    assert_eq!(grace.read(Duration::from_secs(5)).await, None, "and closed");
 }
