@@ -247,6 +247,30 @@ async fn a_node_whose_clock_is_ahead_still_hears_a_revocation_made_right_after_i
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocations_still_travel_when_redis_clock_is_minutes_off_the_nodes() {
+    // Would have caught: every revocation dropped as a replay because its time (the nodes'
+    // clocks) and its entry's id (Redis's clock) are further apart than the replay window.
+    // Both nodes 3 minutes ahead stand for a Redis 3 minutes behind.
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let api = Scripted::start(|_, _| async { support::user_answer(6, "p") }).await;
+    let skewed = || {
+        resolver_for(&api.url())
+            .shared_cache(tier(&redis).node_clock_offset_ms(180_000))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (skewed(), skewed());
+    b.resolve(&api.url(), "t").await.unwrap();
+    eventually("B listens", || b.shared_cache_subscribed()).await;
+    let replays = forged("replayed_message");
+    a.invalidate(&api.url(), "t");
+    eventually("B evicts the token", || b.stats().entries == 0).await;
+    assert_eq!(forged("replayed_message"), replays);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_that_lost_entries_while_a_node_reads_makes_it_resync() {
     // Would have caught: a stream that is not the continuation of what a node read (entries
     // lost to a failover; here deleted by a raw client) being read on in silence, the lost

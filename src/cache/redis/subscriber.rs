@@ -123,6 +123,7 @@ impl SharedCache {
             local,
             last: Position(0, 0),
             placed: false,
+            redis_ahead_ms: 0,
             read_any: false,
             read_all: false,
             endpoints: Endpoints::default(),
@@ -147,6 +148,9 @@ struct Reader {
     last: Position,
     /// Whether `last` was set: where reading starts, by Redis's clock, before the first read.
     placed: bool,
+    /// How far Redis's clock is ahead of this node's (ms; behind when negative), as measured
+    /// when the reader last connected: entry ids are Redis's clock, messages' times the nodes'.
+    redis_ahead_ms: i64,
     /// Whether the last read took everything there was (less than a full batch).
     read_all: bool,
     /// Whether `last` is an entry this reader read (rather than where it started).
@@ -284,15 +288,17 @@ impl Reader {
         }
     }
 
-    /// Places the reader where it starts, the first time (by Redis's clock: a node whose own
-    /// clock is ahead would skip what is told meanwhile), reads the tier's generation, and
-    /// empties the local tier if the stream no longer holds what came after the last entry
-    /// applied or the generation went back; `false` when the resolver is gone.
+    /// Reads Redis's clock, and places the reader where it starts the first time (by Redis's
+    /// clock: a node whose own clock is ahead would skip what is told meanwhile); reads the
+    /// tier's generation, and empties the local tier if the stream no longer holds what came
+    /// after the last entry applied or the generation went back; `false` when the resolver is
+    /// gone.
     async fn catch_up(&mut self, conn: &mut Conn) -> RedisResult<bool> {
+        let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await?;
+        let redis_now = seconds * 1000 + micros / 1000;
+        self.redis_ahead_ms = redis_now as i64 - self.core.now_ms() as i64;
         if !self.placed {
-            let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await?;
-            let now = seconds * 1000 + micros / 1000;
-            self.last = Position(now.saturating_sub(START_SLACK.as_millis() as u64), 0);
+            self.last = Position(redis_now.saturating_sub(START_SLACK.as_millis() as u64), 0);
             self.placed = true;
         }
         if !self.generation(conn).await? {
@@ -471,8 +477,11 @@ impl Reader {
                 }
             };
             // Told when it was made, give or take the insisting of a revocation while Redis
-            // was away and the clocks: an authentic message told again later is a replay.
-            let told_at = entry.position.map_or(now, |p| p.0);
+            // was away and the nodes' clocks: an authentic message told again later is a
+            // replay. When it was told is its id, Redis's clock, read as this node's.
+            let told_at = entry
+                .position
+                .map_or(now, |p| p.0.saturating_add_signed(-self.redis_ahead_ms));
             if told_at.abs_diff(told.made_at_ms) > window {
                 metrics::counter!(telemetry::SHARED_FORGED_TOTAL, "what" => "replayed_message")
                     .increment(1);
