@@ -59,6 +59,16 @@ pub(crate) struct SidecarArgs {
     /// a previous one granted. Without it, those answers stay in nginx until they expire.
     #[arg(long, value_name = "PATH")]
     pub(crate) nginx_grants_file: Option<PathBuf>,
+    /// Longest, in seconds, a session goes without its tokens being resolved again (through
+    /// the cache) when they do not expire before: a token with no exp is checked this often.
+    #[arg(long, value_name = "SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max_unchecked: u64,
+    /// Seconds the sessions are kept while no game server reads /v1/events (one that crashed
+    /// without DELETE); then they are forgotten and resync is sent to the next stream. 0: kept
+    /// until their tokens expire.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub(crate) reclaim_after: u64,
     /// Seconds a draining sidecar (SIGTERM, Ctrl-C) lets requests finish.
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     pub(crate) drain_secs: u64,
@@ -155,6 +165,8 @@ async fn start(args: &SidecarArgs) -> Result<Running, StartFailed> {
         revalidate: args.live.revalidate.map(Duration::from_secs),
         recheck_rate: args.live.recheck_rate,
         unverified_grace: args.live.unverified_grace.map(Duration::from_secs),
+        max_unchecked: Duration::from_secs(args.max_unchecked),
+        reclaim_after: (args.reclaim_after > 0).then(|| Duration::from_secs(args.reclaim_after)),
         ..SidecarConfig::default()
     };
     let sidecar = Sidecar::new(resolver, config);
