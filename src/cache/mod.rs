@@ -409,3 +409,39 @@ fn local_fingerprint() -> Fingerprint {
     let seed = foldhash::quality::RandomState::default();
     Arc::new(move |endpoint: &Endpoint, token: &[u8]| seed.hash_one((endpoint.key_hash(), token)))
 }
+
+#[cfg(all(test, feature = "redis"))]
+mod tests {
+    use super::*;
+
+    /// Tiers whose shared tier is a Redis nobody listens for: every revocation stays pending.
+    fn unreachable() -> Tiers {
+        Tiers::new(TierSettings {
+            capacity: 100,
+            stale_for: Duration::ZERO,
+            cache_ttl: Duration::from_secs(60),
+            negative_ttl: Duration::from_secs(5),
+            horizon: Duration::from_secs(30),
+            late_margin: Duration::from_secs(90),
+            shared: Some(RedisTier::new("redis://127.0.0.1:1", "0123456789abcdef")),
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_outbox_is_bounded_and_what_comes_past_it_is_one_revocation_of_everything() {
+        let tiers = unreachable();
+        let endpoint = Endpoint::parse("https://a.example", false).unwrap();
+        let now = SystemTime::now();
+        for user in 0..OUTBOX_CAP as i64 {
+            let ack = tiers.invalidate_user(&endpoint, user, now).unwrap();
+            assert!(!*ack.borrow(), "Redis is out of reach");
+        }
+        let past = tiers.invalidate_user(&endpoint, -1, now).unwrap();
+        let further = tiers.invalidate_token(&endpoint, "t", now).unwrap();
+        assert!(past.same_channel(&further), "folded into the same revocation");
+        let outbox = tiers.outbox.lock().unwrap();
+        assert_eq!(outbox.pending.len(), OUTBOX_CAP);
+        assert!(outbox.folded.as_ref().is_some_and(|all| all.same_channel(&past)));
+    }
+}
