@@ -439,9 +439,15 @@ mod tests {
         }
         let past = tiers.invalidate_user(&endpoint, -1, now).unwrap();
         let further = tiers.invalidate_token(&endpoint, "t", now).unwrap();
-        assert!(past.same_channel(&further), "folded into the same revocation");
+        assert!(
+            past.same_channel(&further),
+            "folded into the same revocation"
+        );
         let outbox = tiers.outbox.lock().unwrap();
         assert_eq!(outbox.pending.len(), OUTBOX_CAP);
-        assert!(outbox.folded.as_ref().is_some_and(|all| all.same_channel(&past)));
+        assert!(outbox
+            .folded
+            .as_ref()
+            .is_some_and(|all| all.same_channel(&past)));
     }
 }
