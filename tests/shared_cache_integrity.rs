@@ -396,3 +396,29 @@ async fn an_authentic_revocation_told_again_is_applied_once() {
     );
     assert_eq!(b.stats().entries, 1, "B kept Carol");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalidate_all_steps_past_the_generation_its_node_knows_even_when_redis_lost_it() {
+    // Would have caught: an `invalidate_all` after Redis lost earlier `INCR`s (a failover)
+    // moving to a generation the nodes had already left, so that it revoked nothing there.
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let api = Scripted::start(|_, _| async { support::user_answer(8, "p") }).await;
+    let a = node(&api.url(), &redis);
+    let generation = || {
+        redis
+            .dump()
+            .into_iter()
+            .find(|(key, _)| key == b"token-resolver:gen")
+            .and_then(|(_, values)| String::from_utf8(values[0].clone()).ok())
+            .and_then(|text| text.parse::<u64>().ok())
+    };
+    a.invalidate_all();
+    eventually("the first step", || generation() == Some(1)).await;
+    a.invalidate_all();
+    eventually("the second step", || generation() == Some(2)).await;
+    redis.command(&["SET", "token-resolver:gen", "0"]).unwrap();
+    a.invalidate_all();
+    eventually("a step past what A knew", || generation() == Some(3)).await;
+}

@@ -337,8 +337,7 @@ impl Core {
             let generation = (self.scripts)
                 .next_generation(conn, &self.keys.generation(), known)
                 .await?;
-            self.generation
-                .fetch_max(generation, std::sync::atomic::Ordering::AcqRel);
+            self.advance(generation);
             return Ok(Revoked::All { generation });
         }
         let generation = self.current_generation(conn).await?;

@@ -138,6 +138,16 @@ impl Core {
         format!("{:016x}", self.node)
     }
 
+    /// Moves this node to `generation` if it is further than the one it knows, or it knows
+    /// none yet: never back.
+    fn advance(&self, generation: u64) {
+        let _ = self
+            .generation
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |known| {
+                (known == UNKNOWN || known < generation).then_some(generation)
+            });
+    }
+
     /// The generation this node is at, read from Redis if it knows none yet.
     async fn current_generation(&self, conn: &mut Conn) -> redis::RedisResult<u64> {
         if let Some(generation) = self.generation() {

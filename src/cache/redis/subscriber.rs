@@ -359,7 +359,7 @@ impl Reader {
             return Ok(true);
         }
         if stored >= known {
-            self.core.generation.fetch_max(stored, Ordering::AcqRel);
+            self.core.advance(stored);
             return Ok(true);
         }
         let Some(local) = self.local.upgrade() else {
@@ -493,9 +493,7 @@ impl Reader {
                 continue;
             }
             if let Revoked::All { generation } = told.what() {
-                self.core
-                    .generation
-                    .fetch_max(*generation, Ordering::AcqRel);
+                self.core.advance(*generation);
             }
             let at = told.what().endpoint().and_then(|e| self.endpoints.get(e));
             let made_at = Some(UNIX_EPOCH + Duration::from_millis(told.decided_at_ms));
