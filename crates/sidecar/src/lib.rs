@@ -52,7 +52,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{delete, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -227,7 +227,9 @@ impl Sidecar {
     }
 
     /// The routes, for an embedder serving them itself: `POST /v1/resolve`, `GET /v1/events`,
-    /// `DELETE /v1/sessions/{id}`, `GET|POST /v1/authorize`.
+    /// `DELETE /v1/sessions/{id}`, `GET|POST /v1/authorize`, and any method on
+    /// `/v1/authorize/{path}` (Envoy's HTTP ext_authz sends the client's method and path after
+    /// its `path_prefix`).
     pub fn router(&self) -> Router {
         Router::new()
             .route("/v1/resolve", post(resolve::resolve))
@@ -237,6 +239,7 @@ impl Sidecar {
                 "/v1/authorize",
                 get(authorize::authorize).post(authorize::authorize),
             )
+            .route("/v1/authorize/{*path}", any(authorize::authorize))
             .fallback(not_found)
             .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
             .with_state(self.node.clone())
@@ -350,6 +353,6 @@ async fn not_found() -> axum::response::Response {
     resolve::error(
         axum::http::StatusCode::NOT_FOUND,
         "not_found",
-        "the sidecar serves POST /v1/resolve, GET /v1/events, DELETE /v1/sessions/{id} and GET|POST /v1/authorize",
+        "the sidecar serves POST /v1/resolve, GET /v1/events, DELETE /v1/sessions/{id}, GET|POST /v1/authorize and /v1/authorize/{path}",
     )
 }

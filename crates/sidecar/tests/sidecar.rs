@@ -134,6 +134,45 @@ async fn authorize_answers_the_user_in_headers_for_a_proxy_and_refuses_as_a_bear
     assert_eq!(elsewhere.status(), 403);
 }
 
+/// Envoy's HTTP ext_authz asks `path_prefix` + the client's own path with the client's own
+/// method: each must be answered as `/v1/authorize` is, not with a 404 or 405 that Envoy would
+/// pass on to the client.
+#[tokio::test]
+async fn authorize_answers_envoys_http_ext_authz_under_any_method_and_path() {
+    let parties = Parties::start(
+        SidecarConfig::default(),
+        token_resolver_reference_api::demo_users(),
+    )
+    .await;
+    let token = parties.token("alice").await;
+    for method in ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let url = parties.url("/v1/authorize/api/rooms/7?x=1");
+        let ok = parties
+            .http
+            .request(method.clone(), &url)
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(ok.status(), 200, "{method}");
+        assert_eq!(ok.headers()["x-user-id"], "1", "{method}");
+        let refused = parties
+            .http
+            .request(method.clone(), &url)
+            .bearer_auth("not-issued")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 401, "{method}");
+        assert_eq!(
+            refused.headers()["www-authenticate"],
+            r#"Bearer error="invalid_token""#,
+            "{method}"
+        );
+    }
+}
+
 /// `%XX` sequences decoded as UTF-8.
 fn percent_decode(text: &str) -> String {
     let mut bytes = Vec::new();
