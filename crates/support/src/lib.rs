@@ -19,6 +19,8 @@
 //! - [`bench`](mod@bench) and [`baselines`]: runtimes, token sets and the hand-written caches and calls the
 //!   benches and `token-resolver load` measure against; [`closed_loop`]: the load client of the
 //!   benches that set a server beside its peer;
+//! - [`baselines`] and [`SseReader`] are the binary's own (crate `token-resolver-loadgen`),
+//!   re-exported here: the binary takes that crate, never this one, as a normal dependency;
 //! - `reference_api`, `tls_api` (feature `reference-api`): the reference integrator API on
 //!   loopback, in the clear or over TLS, and logging in to it;
 //! - `game_server` (feature `game-server`): a game server in this process, or the binary as a
@@ -29,7 +31,7 @@
 pub mod properties;
 
 #[cfg(feature = "servers")]
-pub mod baselines;
+pub use token_resolver_loadgen::baselines;
 #[cfg(feature = "servers")]
 pub mod bench;
 #[cfg(feature = "servers")]
@@ -67,8 +69,6 @@ mod helpers;
 mod hostile;
 #[cfg(feature = "servers")]
 mod nginx;
-#[cfg(feature = "servers")]
-mod sse;
 
 #[cfg(feature = "servers")]
 pub use capture::*;
@@ -94,9 +94,9 @@ pub use revoke_recorder::*;
 pub use scripted::*;
 #[cfg(feature = "servers")]
 pub use silent_tcp::*;
-#[cfg(feature = "servers")]
-pub use sse::{SseEvent, SseReader};
 #[cfg(feature = "reference-api")]
 pub use tls_api::*;
+#[cfg(feature = "servers")]
+pub use token_resolver_loadgen::{SseEvent, SseReader};
 #[cfg(feature = "servers")]
 pub use untrusted_tls::*;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use token_resolver::Resolver;
 
 use super::progress::{proc_status_kib, Progress};
-use token_resolver_support::baselines::{Upstream, UpstreamConfig};
+use token_resolver_loadgen::baselines::{Upstream, UpstreamConfig};
 
 /// Fills a resolver with `entries` distinct tokens through `resolve`, against an in-process
 /// upstream that answers any token, and prints the RSS delta per entry.

@@ -34,8 +34,8 @@
 //! - `fill`: the bytes-per-entry fill;
 //! - `progress`: the progress bar and the process's memory readings;
 //! - `storm` (`--storm`): a cold start over HTTPS, its own table;
-//! - the loopback upstream and the hand-written baselines come from the workspace's support
-//!   crate (`token_resolver_support::baselines`), which the benches measure against too.
+//! - the loopback upstream and the hand-written baselines come from the binary's
+//!   `token_resolver_loadgen::baselines`, which the benches measure against too.
 
 mod fill;
 mod plan;
@@ -59,7 +59,7 @@ use token_resolver_reference_api::{
 use self::plan::{stream, Plan};
 use self::progress::Progress;
 use self::rows::{run_row, Subject};
-use token_resolver_support::baselines::{hyper_client, naive_client, HandWritten, LoopbackServer};
+use token_resolver_loadgen::baselines::{hyper_client, naive_client, HandWritten, LoopbackServer};
 
 /// `load` arguments.
 #[derive(Debug, Args)]

@@ -9,7 +9,7 @@ use token_resolver::Resolver;
 
 use super::plan::{Plan, CHUNK, NEW};
 use super::progress::{proc_status_kib, reset_peak_rss, Progress};
-use token_resolver_support::baselines::{hyper_post, naive_resolve, HandWritten, HyperClient};
+use token_resolver_loadgen::baselines::{hyper_post, naive_resolve, HandWritten, HyperClient};
 
 /// Who resolves in a row. One value per row of the table, so the size of the largest
 /// variant does not matter.

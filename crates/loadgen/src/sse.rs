@@ -1,5 +1,6 @@
 //! A reader of a Server-Sent Events answer (the sidecar's `GET /v1/events`), as the game servers
-//! in the tests, benches and demo read it: one event at a time, keep-alive comments skipped.
+//! in the demo, the tests and the benches read it: one event at a time, keep-alive comments
+//! skipped.
 
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
@@ -20,6 +21,14 @@ pub struct SseEvent {
 pub struct SseReader {
     body: BoxStream<'static, reqwest::Result<Vec<u8>>>,
     buffer: String,
+}
+
+impl std::fmt::Debug for SseReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SseReader")
+            .field("buffered", &self.buffer.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl SseReader {

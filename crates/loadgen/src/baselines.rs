@@ -3,8 +3,8 @@
 //! workers), an upstream answering `/api/user` for any token, and the baselines a game-server
 //! engineer would write instead of embedding the resolver.
 //!
-//! The benches (through [`bench`](crate::bench)) and the binary's `load` use this one module,
-//! so that both measure the same things.
+//! The benches (through the test support crate's `bench`) and the binary's `load` use this one
+//! module, so that both measure the same things.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +19,7 @@ use axum::Router;
 /// An axum router served on `127.0.0.1:0` from its own thread and current-thread runtime;
 /// dropping it stops the server. Not a graceful shutdown: pooled keep-alive connections would
 /// hold it open.
+#[derive(Debug)]
 pub struct LoopbackServer {
     addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -100,7 +101,7 @@ pub fn name(id: u64) -> String {
 }
 
 /// How the upstream answers.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct UpstreamConfig {
     /// The `Cache-Control` of every 200 answer.
     pub cache_control: &'static str,
@@ -120,6 +121,7 @@ impl Default for UpstreamConfig {
 
 /// An upstream answering `POST /api/user` for any bearer token with a user whose id counts the
 /// calls and whose name is 16 bytes.
+#[derive(Debug)]
 pub struct Upstream {
     server: LoopbackServer,
     calls: Arc<AtomicU64>,
@@ -198,7 +200,9 @@ impl Upstream {
 /// What the hand-written baselines parse an answer into.
 #[derive(Debug, serde::Deserialize)]
 pub struct NaiveUser {
+    /// The user's id.
     pub id: i64,
+    /// The user's name.
     pub name: String,
 }
 
@@ -239,9 +243,13 @@ pub async fn naive_resolve(
 /// The cache a game-server engineer writes by hand: a moka cache keyed by the token `String`
 /// alone (moka's default hasher) holding `Arc`s, and [`naive_resolve`] on a miss. No
 /// coalescing, no validation, no allowlist, no slot limit, no metrics.
+#[derive(Debug)]
 pub struct HandWritten {
+    /// The users by token.
     pub cache: moka::sync::Cache<String, Arc<NaiveUser>>,
+    /// The client of [`naive_resolve`].
     pub http: reqwest::Client,
+    /// The `/api/user` URL.
     pub url: String,
 }
 
@@ -279,6 +287,7 @@ pub type HyperClient = hyper_util::client::legacy::Client<
     http_body_util::Empty<axum::body::Bytes>,
 >;
 
+/// A bare hyper client, plain HTTP only.
 pub fn hyper_client() -> HyperClient {
     hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http()
 }
