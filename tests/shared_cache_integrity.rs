@@ -11,7 +11,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use support::{eventually, login_and_take_token, reference_api, resolver_for, Scripted};
-use token_resolver::{telemetry, RedisTier, ResolveError, Resolver, Revocation};
+use token_resolver::{telemetry, Delivery, RedisTier, ResolveError, Resolver, Revocation, Revoke};
 use token_resolver_support::redis::RedisServer;
 
 const SECRET: &str = "test-secret-of-32-bytes-length!!";
@@ -414,11 +414,13 @@ async fn invalidate_all_steps_past_the_generation_its_node_knows_even_when_redis
             .and_then(|(_, values)| String::from_utf8(values[0].clone()).ok())
             .and_then(|text| text.parse::<u64>().ok())
     };
-    a.invalidate_all();
-    eventually("the first step", || generation() == Some(1)).await;
-    a.invalidate_all();
-    eventually("the second step", || generation() == Some(2)).await;
+    // Each step acknowledged: A knows the generation it moved to.
+    let step = || a.revoke(Revoke::All, SystemTime::now(), Duration::from_secs(10));
+    assert_eq!(step().await.unwrap(), Delivery::Shared);
+    assert_eq!(generation(), Some(1));
+    assert_eq!(step().await.unwrap(), Delivery::Shared);
+    assert_eq!(generation(), Some(2));
     redis.command(&["SET", "token-resolver:gen", "0"]).unwrap();
-    a.invalidate_all();
-    eventually("a step past what A knew", || generation() == Some(3)).await;
+    assert_eq!(step().await.unwrap(), Delivery::Shared);
+    assert_eq!(generation(), Some(3), "a step past what A knew");
 }
