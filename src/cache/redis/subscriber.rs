@@ -345,9 +345,11 @@ impl Reader {
     /// when the resolver is gone.
     async fn generation(&mut self, conn: &mut Conn) -> RedisResult<bool> {
         let key = self.core.keys.generation();
+        // What the node knew before asking: an `invalidate_all` of its own meanwhile moves
+        // both, and must not pass for Redis going back.
+        let known = self.core.generation.load(Ordering::Acquire);
         let stored: Option<u64> = redis::cmd("GET").arg(&key).query_async(conn).await?;
         let stored = stored.unwrap_or(0);
-        let known = self.core.generation.load(Ordering::Acquire);
         if known == super::UNKNOWN {
             // Unless `load_generation` or an `invalidate_all` stored one meanwhile.
             let _ = self.core.generation.compare_exchange(
