@@ -11,9 +11,11 @@
 //! queues a purge of each; the purger (`purger`) asks nginx's purge location to drop the key,
 //! retrying until nginx answers or the grant would have expired anyway. The revocations come
 //! through the game server's `live::follow`, which turns a lagging feed into a re-check of all:
-//! every grant is purged then. Nothing is granted when the
-//! table is full, when the answer is stale, for another integrator (`X-Auth-Url`), or when a
-//! revocation arrived while the token was being resolved.
+//! every grant is purged then. While the node cannot hear the shared tier's revocations (its
+//! stream lost, [`Resolver::shared_cache_subscribed`] false), every grant is purged too, and
+//! nothing is granted until it hears again: nginx admits without asking. Nothing is granted
+//! when the table is full, when the answer is stale, for another integrator (`X-Auth-Url`), or
+//! when a revocation arrived while the token was being resolved.
 //!
 //! One token cannot fill nginx: only the canonical spelling of a token's header
 //! (`Bearer <token>`, one space, nothing else; [`is_canonical`]) is granted, so a token has one
@@ -34,8 +36,8 @@ mod journal;
 mod purger;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use token_resolver::{Resolver, Revocation, TokenFingerprint, User};
@@ -60,6 +62,10 @@ const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 const MAX_GRANTS_PER_TOKEN: usize = 4;
 /// Grants one user may hold (one per token: tokens from as many logins).
 const MAX_GRANTS_PER_USER: usize = 64;
+/// How often the sidecar asks whether its node still hears the shared tier's revocations:
+/// nginx answers from its cache without asking the sidecar, so what it keeps is taken back
+/// within this much of the resolver's own loss of the stream.
+const HEARING_POLL: Duration = Duration::from_millis(250);
 
 /// Whether `authorization`, a request's `Authorization` header, is the canonical spelling of
 /// the bearer `token` taken from it: `Bearer`, one space, the token, nothing else (and the token
@@ -114,9 +120,33 @@ pub(crate) fn start(
         Arc::downgrade(&grants),
         Grants::revoke,
     ));
+    if resolver.has_shared_cache() {
+        tokio::spawn(follow_hearing(
+            resolver.clone(),
+            cut.clone(),
+            Arc::downgrade(&grants),
+        ));
+    }
     let url = nginx.purge_url.clone();
     tokio::spawn(purge(grants.purges(), client, url, cut.clone()));
     Some(grants)
+}
+
+/// Keeps `grants` deaf while `resolver` does not hear the shared tier's revocations (its
+/// stream lost, or not yet read up to date), until `cut` or the grants are gone.
+async fn follow_hearing(resolver: Resolver, cut: CancellationToken, grants: Weak<Grants>) {
+    let mut poll = tokio::time::interval(HEARING_POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cut.cancelled() => return,
+            _ = poll.tick() => {}
+        }
+        let Some(grants) = grants.upgrade() else {
+            return;
+        };
+        grants.hearing(resolver.shared_cache_subscribed());
+    }
 }
 
 /// What nginx was allowed to keep, and the purges owed for what it must drop.
@@ -127,6 +157,9 @@ pub(crate) struct Grants {
     endpoint: Option<String>,
     /// Revocations applied so far: a grant is refused when one arrived during its resolve.
     epoch: AtomicU64,
+    /// Whether the node may have missed a revocation now (its shared tier's stream is lost):
+    /// nothing is granted then, since nginx would admit without asking.
+    deaf: AtomicBool,
     table: Mutex<Table>,
     purges: Arc<Purges>,
 }
@@ -169,6 +202,7 @@ impl Grants {
             max_entries: config.max_entries,
             endpoint,
             epoch: AtomicU64::new(0),
+            deaf: AtomicBool::new(false),
             table: Mutex::default(),
             purges: Arc::default(),
         }
@@ -218,8 +252,9 @@ impl Grants {
         }
         let now = Instant::now();
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        // Under the lock: a revocation bumps the epoch before it takes from the table.
-        if self.epoch.load(Ordering::Acquire) != ticket.0 {
+        // Under the lock: a revocation bumps the epoch before it takes from the table, and going
+        // deaf is such a revocation.
+        if self.epoch.load(Ordering::Acquire) != ticket.0 || self.deaf.load(Ordering::Acquire) {
             return None;
         }
         table.forget_expired(now);
@@ -338,6 +373,20 @@ impl Grants {
         };
         drop(table);
         self.owe(taken);
+    }
+
+    /// Whether the node hears every revocation now. Going deaf takes back everything nginx was
+    /// let keep (a revocation may be missed meanwhile, and nginx would admit without asking)
+    /// and grants nothing until it hears again.
+    pub(crate) fn hearing(&self, hearing: bool) {
+        let was_deaf = self.deaf.swap(!hearing, Ordering::AcqRel);
+        if !hearing && !was_deaf {
+            tracing::warn!(
+                "the node cannot hear the shared tier's revocations: nginx's answers are purged, \
+                 and none is kept until it hears again"
+            );
+            self.revoke(&Revocation::Recheck);
+        }
     }
 
     /// Queues a purge of each taken grant, sent again when it settles if it is younger than
@@ -533,6 +582,29 @@ mod tests {
             owed.values().all(|o| o.again.is_some()),
             "an answer granted this instant is purged again once nginx has surely stored it"
         );
+    }
+
+    #[test]
+    fn a_node_that_cannot_hear_revocations_takes_back_every_answer_and_grants_none() {
+        let (grants, resolver, _) = grants(16);
+        assert_eq!(grant(&grants, &resolver, "t1", &user(1, None)), Some(60));
+        assert_eq!(grant(&grants, &resolver, "t2", &user(2, None)), Some(60));
+        grants.hearing(true);
+        assert_eq!(grants.len(), 2, "hearing changes nothing");
+        let ticket = grants.ticket();
+        grants.hearing(false);
+        assert_eq!(owed(&grants), ["Bearer t1", "Bearer t2"]);
+        assert_eq!(grants.len(), 0);
+        assert_eq!(grant(&grants, &resolver, "t3", &user(3, None)), None);
+        let key = "Bearer t4";
+        let fingerprint = resolver.fingerprint(AUTH_URL, "t4").unwrap();
+        assert_eq!(
+            grants.grant(ticket, key, "t4", fingerprint, &user(4, None)),
+            None,
+            "a resolve begun before the loss is not granted"
+        );
+        grants.hearing(true);
+        assert_eq!(grant(&grants, &resolver, "t3", &user(3, None)), Some(60));
     }
 
     #[test]
