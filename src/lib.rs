@@ -44,10 +44,10 @@
 //!   service, and [`AuthRejection`](axum::AuthRejection), each error code as an HTTP answer.
 //!   `docs/axum.md` covers using them.
 //!
-//! The other parties of the seed are members of this crate's workspace, built on its public API
-//! and never the other way round: the reference integrator API, the player's side, the game
-//! server, the conformance checker and the `token-resolver` binary (`docs/architecture.md` has
-//! the map, and follows one join through the files).
+//! The other parties of token authentication are members of this crate's workspace, built on
+//! its public API and never the other way round: the reference integrator API, the player's
+//! side, the game server, the conformance checker and the `token-resolver` binary
+//! (`docs/architecture.md` has the map, and follows one join through the files).
 //!
 //! # Features
 //!

@@ -17,9 +17,9 @@
 //! rejected ones are cached too, so the hasher must be keyed: a fixed hash would let a client
 //! pick tokens that all land in one bucket. foldhash is keyed, already in the dependency tree
 //! (through hashbrown), and far cheaper per token than SipHash-1-3, std's default (see
-//! `docs/performance.md`). Its resistance is the
-//! "minimal" kind its authors describe: an attacker who does not know the seed cannot make keys
-//! collide, one who could watch hash outputs could learn it. The cache never shows a hash, and
+//! `docs/performance.md`). Its resistance is the "minimal" kind its authors describe: an
+//! attacker who does not know the hasher's key cannot make keys collide, one who could watch
+//! hash outputs could learn it. The cache never shows a hash, and
 //! an attacker's keys each cost an upstream call under the slot limit, so we take that trade;
 //! equality always compares the whole token and endpoint, so a collision only ever costs time.
 
