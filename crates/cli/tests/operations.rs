@@ -455,12 +455,13 @@ async fn json_logs_carry_the_connection_and_the_outcome_and_never_the_token() {
     }
 }
 
-/// The annotated config file of the README: the ```toml block that starts `# game-server.toml`.
+/// The annotated config file of docs/operations.md: the ```toml block that starts
+/// `# game-server.toml`.
 fn readme_config_example() -> String {
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../../docs/operations.md");
     let start = readme
         .find("```toml\n# game-server.toml")
-        .expect("the README shows a config file")
+        .expect("docs/operations.md shows a config file")
         + "```toml\n".len();
     let end = start + readme[start..].find("```").unwrap();
     readme[start..end].to_owned()
