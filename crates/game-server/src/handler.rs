@@ -3,16 +3,16 @@
 
 use std::net::IpAddr;
 
-use serde_json::json;
-
 use super::live::{Credential, Holdings, Purpose};
 use super::protocol::{
-    blank_quoted, encode, refusal, JoinMessage, Player, Request, BAD_REQUEST, RATE_LIMITED,
-    REFRESH_MISMATCH, ROOM_NOT_FOUND,
+    blank_quoted, encode, player_of, refusal, BAD_REQUEST, RATE_LIMITED, REFRESH_MISMATCH,
+    ROOM_NOT_FOUND,
 };
 use super::state::Shared;
 use super::telemetry::MESSAGES_TOTAL;
 use token_resolver::{AccessToken, ConnectRequest, ErrorCode, Identity, JoinRequest, ResolveError};
+use token_resolver_player::protocol::{JoinMessage, Request, ServerMessage};
+use token_resolver_player::Player;
 
 /// Who sent a message: the connection, and the client's address where the transport knows it.
 #[derive(Debug, Clone, Copy)]
@@ -101,9 +101,9 @@ pub(super) async fn handle(
                             &identity,
                         );
                     }
-                    Reply::admitted(encode(
-                        &json!({"type": "connected", "user": Player::of(&identity)}),
-                    ))
+                    Reply::admitted(encode(&ServerMessage::Connected {
+                        user: player_of(&identity),
+                    }))
                 }
                 Err(e) => resolve_refusal(shared, caller, "connect", &e).into(),
             }
@@ -113,7 +113,10 @@ pub(super) async fn handle(
                 "ws" => shared.ws_room_infos.get().unwrap_or(&shared.room_infos),
                 _ => &shared.room_infos,
             };
-            encode(&json!({"type": "rooms", "rooms": rooms})).into()
+            encode(&ServerMessage::Rooms {
+                rooms: rooms.clone(),
+            })
+            .into()
         }
         Request::Join(join) => self::join(shared, caller, holdings, join).await,
         Request::Refresh { access_token } => refresh(shared, caller, holdings, access_token).await,
@@ -197,11 +200,12 @@ async fn join(
                     &identity,
                 );
             }
-            let user = Player::of(&identity);
+            let user = player_of(&identity);
             shared.enter(connection, &room.id, identity);
-            Reply::admitted(encode(
-                &json!({"type": "joined", "room_id": room.id, "user": user}),
-            ))
+            Reply::admitted(encode(&ServerMessage::Joined {
+                room_id: room.id.clone(),
+                user,
+            }))
         }
         Err(e) => resolve_refusal(shared, caller, "join", &e).into(),
     }
@@ -267,7 +271,7 @@ async fn refresh(
         );
     }
     tracing::info!(connection, request = "refresh", outcome = "ok", "refreshed");
-    encode(&json!({"type": "refreshed", "user": player})).into()
+    encode(&ServerMessage::Refreshed { user: player }).into()
 }
 
 /// The refusal of a request whose resolution failed, logged with its outcome.

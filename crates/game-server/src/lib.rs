@@ -1,6 +1,7 @@
 //! A runnable game server that embeds a [`Resolver`]: tokio TCP, one JSON message per line.
-//! It owns the wire protocol, the rooms and who is in them, the per-connection limits, and
-//! [`GameClient`], the client side of the same protocol. It does not own token resolution:
+//! It owns the server's side of the wire protocol, the rooms and who is in them and the
+//! per-connection limits; the protocol's messages and [`GameClient`], its client side, are the
+//! player's (`token_resolver_player`), re-exported here. It does not own token resolution:
 //! its connect and join handlers call [`Resolver::resolve_connect`] and
 //! [`Resolver::resolve_join`], which keep the allowlist, the cache and the upstream call.
 //!
@@ -57,7 +58,8 @@
 //!
 //! - this file: [`GameServer`], which starts a server, and [`RunningGameServer`], one serving;
 //! - `config`: [`RoomConfig`], [`GameServerConfig`] and [`GameServerError`];
-//! - `protocol`: the messages, the error codes and reading one bounded line;
+//! - `protocol`: the game server's error codes and writing its messages (the messages
+//!   themselves and reading one bounded line are `token_resolver_player::protocol`);
 //! - `state`: what every session of one server shares (the resolver, the rooms and their
 //!   members, the connection cap, the drain signals, the registry of live sessions);
 //! - `handler`: handling one message: the game logic of connect, search, join and refresh;
@@ -70,13 +72,12 @@
 //!   revocation listener, and each session's timers (expiry, grace, revalidation);
 //! - [`telemetry`]: the `game_server_*` metric names and [`Metrics`](telemetry::Metrics), the
 //!   Prometheus recorder;
-//! - `game_client`: [`GameClient`], the client's end of the protocol.
+//! - [`GameClient`], the client's end of the protocol, is `token_resolver_player`'s.
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 
 mod admin;
 mod config;
-mod game_client;
 mod handler;
 pub mod live;
 mod protocol;
@@ -98,10 +99,9 @@ use tokio::net::TcpListener;
 pub use self::admin::{spawn as spawn_admin, AdminConfig, AdminNode, RunningAdmin};
 use self::config::validate_rooms;
 pub use self::config::{GameServerConfig, GameServerError, RoomConfig};
-pub use self::game_client::{GameClient, GameClientError, Joined, Push};
 pub use self::protocol::{
-    Player, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, LOGIN_TIMEOUT, RATE_LIMITED,
-    REFRESH_MISMATCH, ROOM_NOT_FOUND, SERVER_BUSY, SESSION_EXPIRED, TOO_MANY_CONNECTIONS,
+    BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, LOGIN_TIMEOUT, RATE_LIMITED, REFRESH_MISMATCH,
+    ROOM_NOT_FOUND, SERVER_BUSY, SESSION_EXPIRED, TOO_MANY_CONNECTIONS,
 };
 use self::state::{normalised, Room, Shared};
 pub use self::websocket::WebSocketConfig;
@@ -109,6 +109,9 @@ pub use self::websocket::WebSocketConfig;
 /// one secret (`TOKEN_RESOLVER_ADMIN_TOKEN`).
 pub use token_resolver_listener::AdminSecret;
 use token_resolver_listener::ServerTask;
+/// The client's end of the protocol and the user its answers show: the player's, re-exported
+/// under their former paths.
+pub use token_resolver_player::{GameClient, GameClientError, Joined, Player, Push};
 use token_resolver_player::{RoomInfo, AUTH_URL_PROPERTY};
 
 /// How long [`RunningGameServer::shutdown`] lets sessions finish before they are cut.

@@ -1,20 +1,17 @@
-//! The wire protocol, whatever carries it: the requests a client sends, the messages the
-//! server writes (answers, refusals, the server's own notices), the game server's own error
-//! codes, and reading one bounded line (the TCP framing).
+//! The server's side of the wire protocol, whatever carries it: the game server's own error
+//! codes and writing the server's messages (answers, refusals, the server's own notices).
+//! The messages themselves, the requests a client sends and reading one bounded line (the TCP
+//! framing) are the player's ([`token_resolver_player::protocol`]), shared with the client.
 //!
-//! A message is one JSON object; the transport frames it (a line over TCP). No `Debug` on what
-//! holds a token; refusals never echo a value the client sent.
+//! Refusals never echo a value the client sent.
 
-use std::io;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+use token_resolver::{ErrorCode, Identity};
+use token_resolver_player::protocol::ServerMessage;
+use token_resolver_player::Player;
 
 use super::telemetry;
-use token_resolver::{ErrorCode, Identity};
-use token_resolver_player::RoomJoinArgs;
 
 /// Error code: the join names a room this server does not have. Not retryable.
 pub const ROOM_NOT_FOUND: &str = "room_not_found";
@@ -77,60 +74,12 @@ fn known_code(code: &str) -> Option<&'static str> {
 /// Longest message quoted back in a `bad_request` answer.
 const MAX_ECHOED_ERROR_CHARS: usize = 200;
 
-/// A request off the wire. No `Debug`: it holds the token.
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub(super) enum Request {
-    Connect {
-        #[serde(default)]
-        access_token: Option<String>,
-    },
-    SearchRoom,
-    Join(JoinMessage),
-    /// A new token for the same user, when the session's token expires.
-    Refresh {
-        #[serde(default)]
-        access_token: Option<String>,
-    },
-}
-
-impl Request {
-    /// The request's `type`, as the messages metric labels it.
-    pub(super) fn kind(&self) -> &'static str {
-        match self {
-            Request::Connect { .. } => "connect",
-            Request::SearchRoom => "search_room",
-            Request::Join(_) => "join",
-            Request::Refresh { .. } => "refresh",
-        }
-    }
-}
-
-/// A join request: the `RoomJoinArgs` fields plus the token.
-#[derive(Deserialize)]
-pub(super) struct JoinMessage {
-    #[serde(flatten)]
-    pub(super) args: RoomJoinArgs,
-    #[serde(default)]
-    pub(super) access_token: Option<String>,
-}
-
-/// A user as the answers show it: id and name only.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Player {
-    /// The user's id at the auth API.
-    pub id: i64,
-    /// The user's name at the auth API.
-    pub name: String,
-}
-
-impl Player {
-    pub(super) fn of(identity: &Identity) -> Option<Player> {
-        identity.user().map(|u| Player {
-            id: u.id,
-            name: u.name.clone(),
-        })
-    }
+/// A user as the answers show it, `None` when auth is off.
+pub(super) fn player_of(identity: &Identity) -> Option<Player> {
+    identity.user().map(|u| Player {
+        id: u.id,
+        name: u.name.clone(),
+    })
 }
 
 /// `{"type":"error", ...}`: a request refused, or the reason the server closes; counted in
@@ -139,34 +88,39 @@ impl Player {
 pub(super) fn refusal(code: &str, message: &str, retryable: bool) -> Vec<u8> {
     let label = known_code(code).unwrap_or("other");
     metrics::counter!(telemetry::ERRORS_TOTAL, "code" => label).increment(1);
-    encode(&json!({"type": "error", "error": code, "message": message, "retryable": retryable}))
+    encode(&ServerMessage::Error {
+        error: code.to_owned(),
+        message: message.to_owned(),
+        retryable,
+    })
 }
 
 /// `{"type":"revoked","error":"token_rejected","message":…}`.
 pub(super) fn revoked() -> Vec<u8> {
-    encode(&json!({
-        "type": "revoked",
-        "error": "token_rejected",
-        "message": "your access was revoked (a logout, a ban, or the login server said so); log in again",
-    }))
+    encode(&ServerMessage::Revoked {
+        error: "token_rejected".to_owned(),
+        message:
+            "your access was revoked (a logout, a ban, or the login server said so); log in again"
+                .to_owned(),
+    })
 }
 
 /// `{"type":"reauth_required","within_ms":N}`.
 pub(super) fn reauth_required(within: Duration) -> Vec<u8> {
     let within_ms = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
-    encode(&json!({"type": "reauth_required", "within_ms": within_ms}))
+    encode(&ServerMessage::ReauthRequired { within_ms })
 }
 
 /// `{"type":"shutdown","retry_after_ms":N}`: the server is draining; reconnect after `N` ms,
 /// to this node or, behind a load balancer, another.
 pub(super) fn shutdown(retry_after: Duration) -> Vec<u8> {
     let retry_after_ms = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
-    encode(&json!({"type": "shutdown", "retry_after_ms": retry_after_ms}))
+    encode(&ServerMessage::Shutdown { retry_after_ms })
 }
 
 /// One message as the transports carry it (no framing).
-pub(super) fn encode(value: &Value) -> Vec<u8> {
-    serde_json::to_vec(value).unwrap_or_default()
+pub(super) fn encode(message: &ServerMessage) -> Vec<u8> {
+    serde_json::to_vec(message).unwrap_or_default()
 }
 
 /// A parse error with the client's values blanked, cut to a readable length: nothing the client
@@ -204,108 +158,9 @@ pub(super) fn blank_quoted(message: &str) -> String {
     out.chars().take(MAX_ECHOED_ERROR_CHARS).collect()
 }
 
-/// How reading one line went.
-pub(super) enum Line {
-    /// A whole line is in the buffer, newline removed.
-    Complete,
-    /// The peer closed the connection (a partial last line is dropped).
-    Eof,
-    /// The line grew past the limit.
-    TooLong,
-}
-
-/// Reads one `\n`-terminated line of at most `max` bytes onto the end of `buf`, never
-/// buffering more than `max` bytes of it. The caller empties `buf` after a complete line.
-///
-/// Cancel-safe: a call dropped at its `await` (a session's timer won the race) leaves what it
-/// read of the line in `buf`, and the next call goes on from there, so no part of a line the
-/// client sent is lost.
-pub(super) async fn read_line<R: AsyncBufRead + Unpin>(
-    reader: &mut R,
-    buf: &mut Vec<u8>,
-    max: usize,
-) -> io::Result<Line> {
-    loop {
-        let available = reader.fill_buf().await?;
-        if available.is_empty() {
-            return Ok(Line::Eof);
-        }
-        let (chunk, done) = match available.iter().position(|&b| b == b'\n') {
-            Some(i) => (&available[..i], Some(i + 1)),
-            None => (available, None),
-        };
-        if buf.len() + chunk.len() > max {
-            return Ok(Line::TooLong);
-        }
-        buf.extend_from_slice(chunk);
-        let used = done.unwrap_or(chunk.len());
-        reader.consume(used);
-        if done.is_some() {
-            if buf.last() == Some(&b'\r') {
-                buf.pop();
-            }
-            return Ok(Line::Complete);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use tokio::io::{AsyncWriteExt, BufReader};
-
     use super::*;
-
-    #[tokio::test]
-    async fn read_line_splits_lines_and_refuses_long_ones() {
-        let input: &[u8] = b"{\"a\":1}\r\n\nxxxxxxxxxxx\n";
-        let mut reader = BufReader::with_capacity(4, input);
-        let mut buf = Vec::new();
-        assert!(matches!(
-            read_line(&mut reader, &mut buf, 10).await.unwrap(),
-            Line::Complete
-        ));
-        assert_eq!(buf, b"{\"a\":1}");
-        buf.clear();
-        assert!(matches!(
-            read_line(&mut reader, &mut buf, 10).await.unwrap(),
-            Line::Complete
-        ));
-        assert!(buf.is_empty());
-        assert!(matches!(
-            read_line(&mut reader, &mut buf, 10).await.unwrap(),
-            Line::TooLong
-        ));
-    }
-
-    #[tokio::test]
-    async fn a_read_cancelled_mid_line_loses_nothing_of_it() {
-        let (mut client, server) = tokio::io::duplex(64);
-        let mut reader = tokio::io::BufReader::new(server);
-        let mut buf = Vec::new();
-        client.write_all(b"{\"type\":").await.unwrap();
-        let cancelled = tokio::time::timeout(
-            std::time::Duration::from_millis(20),
-            read_line(&mut reader, &mut buf, 100),
-        )
-        .await;
-        assert!(cancelled.is_err(), "no whole line yet");
-        client.write_all(b"\"join\"}\n").await.unwrap();
-        assert!(matches!(
-            read_line(&mut reader, &mut buf, 100).await.unwrap(),
-            Line::Complete
-        ));
-        assert_eq!(buf, b"{\"type\":\"join\"}");
-    }
-
-    #[tokio::test]
-    async fn read_line_ends_at_eof() {
-        let mut reader = BufReader::new(&b"partial"[..]);
-        let mut buf = Vec::new();
-        assert!(matches!(
-            read_line(&mut reader, &mut buf, 100).await.unwrap(),
-            Line::Eof
-        ));
-    }
 
     #[test]
     fn blank_quoted_hides_the_clients_values_and_keeps_the_schemas_names() {

@@ -14,11 +14,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::Instrument;
 
 use super::handler::Caller;
-use super::protocol::{busy_message, read_line, refusal, Line};
+use super::protocol::{busy_message, refusal};
 use super::session::{self, Close, Incoming, Transport};
 use super::state::Shared;
 use super::telemetry::CONNECTIONS_REFUSED_TOTAL;
 use token_resolver_listener::Stopped;
+use token_resolver_player::protocol::{read_line, Line};
 
 /// Most unread input discarded before closing after `line_too_long`.
 const LINGER_BYTES: usize = 64 * 1024;

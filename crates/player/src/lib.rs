@@ -1,13 +1,28 @@
-//! The player's side of the seed, modelled in Rust: [`RoomInfo`] and its authUrl rule,
-//! [`RoomJoinArgs`], and [`IntegratorClient`], which logs in to the integrator's web API and
-//! takes the access token the player sends on connect.
+//! The player's side, modelled in Rust: what a game client holds and sends.
 //!
-//! This is what a game client does; the game server's checks are
-//! [`Resolver`](token_resolver::Resolver)'s, and the game client's connection to the game server is
-//! `GameClient` (in `token_resolver_game_server`). Nothing here decides whether a user is who
-//! they claim to be.
+//! - [`RoomInfo`] and its authUrl rule, and [`RoomJoinArgs`], what a client passes to join;
+//! - [`IntegratorClient`], which logs in to the integrator's web API and takes the
+//!   [`AccessToken`] the player sends on connect;
+//! - [`protocol`]: the game protocol's messages, as the client and the game server
+//!   (`token_resolver_game_server`) both read and write them, and its line framing;
+//! - [`GameClient`], the client's end of that protocol over one TCP connection.
+//!
+//! Nothing here decides whether a user is who they claim to be: that is the game server's
+//! resolver's job. This crate does not depend on the resolver.
+//!
+//! # Layout
+//!
+//! - this file: [`RoomInfo`], [`RoomJoinArgs`] and [`IntegratorClient`];
+//! - `token`: [`AccessToken`] and the token rule;
+//! - [`protocol`]: [`Request`](protocol::Request), [`ServerMessage`](protocol::ServerMessage),
+//!   [`Player`] and [`read_line`](protocol::read_line);
+//! - `game_client`: [`GameClient`].
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
+
+mod game_client;
+pub mod protocol;
+mod token;
 
 use std::fmt;
 use std::time::Duration;
@@ -16,7 +31,9 @@ use reqwest::header::{CONTENT_TYPE, COOKIE, SET_COOKIE};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use token_resolver::AccessToken;
+pub use self::game_client::{GameClient, GameClientError, Joined, Push};
+pub use self::protocol::Player;
+pub use self::token::{AccessToken, TokenError, MAX_TOKEN_BYTES};
 
 /// The key of `node_properties` that carries a room's authUrl.
 pub const AUTH_URL_PROPERTY: &str = "authUrl";

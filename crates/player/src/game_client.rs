@@ -11,13 +11,13 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
-use super::protocol::{read_line, Line, Player};
-use token_resolver_player::{RoomInfo, RoomJoinArgs};
+use crate::protocol::{read_line, JoinMessage, Line, Player, Request, ServerMessage};
+use crate::{RoomInfo, RoomJoinArgs};
 
 /// What a [`GameClient`] call can end with.
 #[derive(Debug, thiserror::Error)]
@@ -166,13 +166,13 @@ impl GameClient {
     /// [`GameClientError::Refused`] with `refresh_mismatch` (another user: the server closes
     /// the session) or the resolver's code; I/O, timeout and protocol errors.
     pub async fn refresh(&mut self, access_token: &str) -> Result<Option<Player>, GameClientError> {
-        let answer = self
-            .call(
-                &json!({"type": "refresh", "access_token": access_token}),
-                "refreshed",
-            )
-            .await?;
-        user_of(&answer)
+        let request = Request::Refresh {
+            access_token: Some(access_token.to_owned()),
+        };
+        match self.call(&request).await? {
+            ServerMessage::Refreshed { user } => Ok(user),
+            other => Err(unexpected("refreshed", &other)),
+        }
     }
 
     /// Waits, with no deadline, for the next thing the server says on its own: a
@@ -186,23 +186,21 @@ impl GameClient {
     /// the server closed).
     pub async fn next_push(&mut self) -> Result<Push, GameClientError> {
         loop {
-            let message = self.read_answer().await?;
-            match message["type"].as_str() {
-                Some("reauth_required") => {
-                    let within = Duration::from_millis(message["within_ms"].as_u64().unwrap_or(0));
+            match self.read_message().await? {
+                ServerMessage::ReauthRequired { within_ms } => {
                     if !self.renew().await? {
-                        return Ok(Push::ReauthRequired(within));
+                        return Ok(Push::ReauthRequired(Duration::from_millis(within_ms)));
                     }
                 }
-                Some("refreshed") if self.pending_refreshes > 0 => {
+                ServerMessage::Refreshed { user } if self.pending_refreshes > 0 => {
                     self.pending_refreshes -= 1;
-                    return Ok(Push::Refreshed(user_of(&message)?));
+                    return Ok(Push::Refreshed(user));
                 }
-                Some("error") if self.pending_refreshes > 0 => {
+                message @ ServerMessage::Error { .. } if self.pending_refreshes > 0 => {
                     self.pending_refreshes -= 1;
-                    return Err(refused(&message));
+                    return Err(ended(message));
                 }
-                _ => return Err(ended(&message)),
+                message => return Err(ended(message)),
             }
         }
     }
@@ -215,9 +213,9 @@ impl GameClient {
         let Some(token) = renew().await else {
             return Ok(false);
         };
-        let mut line = serde_json::to_vec(&json!({"type": "refresh", "access_token": token}))
-            .map_err(|e| GameClientError::Protocol(e.to_string()))?;
-        line.push(b'\n');
+        let line = line_of(&Request::Refresh {
+            access_token: Some(token),
+        })?;
         self.writer.write_all(&line).await?;
         self.pending_refreshes += 1;
         Ok(true)
@@ -239,13 +237,13 @@ impl GameClient {
         &mut self,
         access_token: Option<&str>,
     ) -> Result<Option<Player>, GameClientError> {
-        let answer = self
-            .call(
-                &json!({"type": "connect", "access_token": access_token}),
-                "connected",
-            )
-            .await?;
-        user_of(&answer)
+        let request = Request::Connect {
+            access_token: access_token.map(str::to_owned),
+        };
+        match self.call(&request).await? {
+            ServerMessage::Connected { user } => Ok(user),
+            other => Err(unexpected("connected", &other)),
+        }
     }
 
     /// `SearchRoom`: the rooms the server offers.
@@ -254,9 +252,10 @@ impl GameClient {
     ///
     /// I/O, timeout and protocol errors.
     pub async fn search_rooms(&mut self) -> Result<Vec<RoomInfo>, GameClientError> {
-        let mut answer = self.call(&json!({"type": "search_room"}), "rooms").await?;
-        serde_json::from_value(answer["rooms"].take())
-            .map_err(|e| GameClientError::Protocol(format!("rooms: {e}")))
+        match self.call(&Request::SearchRoom).await? {
+            ServerMessage::Rooms { rooms } => Ok(rooms),
+            other => Err(unexpected("rooms", &other)),
+        }
     }
 
     /// `JoinRoom`: sends the join arguments with the access token.
@@ -270,13 +269,14 @@ impl GameClient {
         args: &RoomJoinArgs,
         access_token: Option<&str>,
     ) -> Result<Joined, GameClientError> {
-        let mut message =
-            serde_json::to_value(args).map_err(|e| GameClientError::Protocol(e.to_string()))?;
-        message["type"] = json!("join");
-        message["access_token"] = json!(access_token);
-        let answer = self.call(&message, "joined").await?;
-        serde_json::from_value(answer)
-            .map_err(|e| GameClientError::Protocol(format!("joined: {e}")))
+        let request = Request::Join(JoinMessage {
+            args: args.clone(),
+            access_token: access_token.map(str::to_owned),
+        });
+        match self.call(&request).await? {
+            ServerMessage::Joined { room_id, user } => Ok(Joined { room_id, user }),
+            other => Err(unexpected("joined", &other)),
+        }
     }
 
     /// Sends any JSON message and returns the server's answer as it is, error answers
@@ -332,72 +332,77 @@ impl GameClient {
         }
     }
 
-    /// One request whose successful answer has type `expected`; an error answer is `Refused`.
-    /// What the server says on its own meanwhile is met on the way (see [`GameClient`]).
-    async fn call(&mut self, message: &Value, expected: &str) -> Result<Value, GameClientError> {
+    /// Reads one message the server wrote, as the protocol's type.
+    async fn read_message(&mut self) -> Result<ServerMessage, GameClientError> {
+        let message = self.read_answer().await?;
+        let kind = message["type"].to_string();
+        serde_json::from_value(message).map_err(|e| {
+            GameClientError::Protocol(format!("unexpected message of type {kind}: {e}"))
+        })
+    }
+
+    /// One request and its answer (the caller checks it is the one it expects); an error
+    /// answer is `Refused`. What the server says on its own meanwhile is met on the way (see
+    /// [`GameClient`]).
+    async fn call(&mut self, request: &Request) -> Result<ServerMessage, GameClientError> {
         let timeout = self.timeout;
-        tokio::time::timeout(timeout, self.exchange(message, expected))
+        tokio::time::timeout(timeout, self.exchange(request))
             .await
             .map_err(|_| GameClientError::Timeout(timeout))?
     }
 
-    async fn exchange(
-        &mut self,
-        message: &Value,
-        expected: &str,
-    ) -> Result<Value, GameClientError> {
+    async fn exchange(&mut self, request: &Request) -> Result<ServerMessage, GameClientError> {
         // The answers to refreshes sent before this request come before its own.
         while self.pending_refreshes > 0 {
             self.next_push().await?;
         }
-        let mut line =
-            serde_json::to_vec(message).map_err(|e| GameClientError::Protocol(e.to_string()))?;
-        line.push(b'\n');
+        let line = line_of(request)?;
         self.writer.write_all(&line).await?;
         loop {
-            let answer = self.read_answer().await?;
-            match answer["type"].as_str() {
-                Some(t) if t == expected => return Ok(answer),
+            match self.read_message().await? {
                 // Its refresh was sent after this request: its answer comes after this one.
-                Some("reauth_required") => {
+                ServerMessage::ReauthRequired { .. } => {
                     self.renew().await?;
                 }
-                Some("error") => return Err(refused(&answer)),
-                Some("revoked" | "shutdown") => return Err(ended(&answer)),
-                _ => {
-                    return Err(GameClientError::Protocol(format!(
-                        "expected a {expected:?} answer, got type {}",
-                        answer["type"]
-                    )))
-                }
+                message @ (ServerMessage::Error { .. }
+                | ServerMessage::Revoked { .. }
+                | ServerMessage::Shutdown { .. }) => return Err(ended(message)),
+                answer => return Ok(answer),
             }
         }
     }
 }
 
-/// An error answer as a refusal.
-fn refused(answer: &Value) -> GameClientError {
-    GameClientError::Refused {
-        code: answer["error"].as_str().unwrap_or_default().to_owned(),
-        message: answer["message"].as_str().unwrap_or_default().to_owned(),
-    }
+/// `request` as one line of the protocol.
+fn line_of(request: &Request) -> Result<Vec<u8>, GameClientError> {
+    let mut line =
+        serde_json::to_vec(request).map_err(|e| GameClientError::Protocol(e.to_string()))?;
+    line.push(b'\n');
+    Ok(line)
 }
 
-/// A message that ends the session (or one the protocol does not have) as an error.
-fn ended(message: &Value) -> GameClientError {
-    match message["type"].as_str() {
-        Some("revoked") => {
-            GameClientError::Revoked(message["message"].as_str().unwrap_or_default().to_owned())
+/// A message that ends the call as an error: a refusal, the end of the session, or one that
+/// is no answer.
+fn ended(message: ServerMessage) -> GameClientError {
+    match message {
+        ServerMessage::Error { error, message, .. } => GameClientError::Refused {
+            code: error,
+            message,
+        },
+        ServerMessage::Revoked { message, .. } => GameClientError::Revoked(message),
+        ServerMessage::Shutdown { retry_after_ms } => {
+            GameClientError::Shutdown(Duration::from_millis(retry_after_ms))
         }
-        Some("shutdown") => GameClientError::Shutdown(Duration::from_millis(
-            message["retry_after_ms"].as_u64().unwrap_or(0),
-        )),
-        Some("error") => refused(message),
-        _ => GameClientError::Protocol(format!("unexpected message of type {}", message["type"])),
+        other => {
+            GameClientError::Protocol(format!("unexpected message of type {:?}", other.kind()))
+        }
     }
 }
 
-fn user_of(answer: &Value) -> Result<Option<Player>, GameClientError> {
-    serde_json::from_value(answer["user"].clone())
-        .map_err(|e| GameClientError::Protocol(format!("user: {e}")))
+/// An answer of another type than the request's.
+fn unexpected(expected: &str, answer: &ServerMessage) -> GameClientError {
+    GameClientError::Protocol(format!(
+        "expected a {expected:?} answer, got type {:?}",
+        answer.kind()
+    ))
 }
