@@ -24,7 +24,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use token_resolver_game_server::GameClient;
+use token_resolver_player::GameClient;
 use token_resolver_reference_api::{ApiConfig, ReferenceApi};
 use token_resolver_support::ws::{ask, open};
 use token_resolver_support::{

@@ -16,10 +16,10 @@ use support::{
 };
 use token_resolver::Identity;
 use token_resolver_game_server::{
-    GameClient, GameServerConfig, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, LOGIN_TIMEOUT,
-    ROOM_NOT_FOUND, SERVER_BUSY,
+    GameServerConfig, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG, LOGIN_TIMEOUT, ROOM_NOT_FOUND,
+    SERVER_BUSY,
 };
-use token_resolver_player::{RoomInfo, RoomJoinArgs};
+use token_resolver_player::{GameClient, RoomInfo, RoomJoinArgs};
 
 fn find<'a>(rooms: &'a [RoomInfo], id: &str) -> &'a RoomInfo {
     rooms.iter().find(|r| r.room_id == id).expect("room listed")

@@ -278,8 +278,7 @@ impl Node {
 
     /// Joins the arena (protected by the default authUrl) with `token`; the user's name.
     async fn join_arena(&self, token: &str) -> String {
-        use token_resolver_game_server::GameClient;
-        use token_resolver_player::RoomJoinArgs;
+        use token_resolver_player::{GameClient, RoomJoinArgs};
         let mut client = GameClient::open(self.0.addr).await.unwrap();
         let rooms = client.search_rooms().await.unwrap();
         let arena = rooms

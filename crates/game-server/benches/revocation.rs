@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use token_resolver::{RedisTier, Resolver};
 use token_resolver_game_server::{
-    AdminConfig, AdminSecret, GameClient, GameClientError, GameServer, GameServerConfig,
-    RoomConfig, RunningAdmin, RunningGameServer,
+    AdminConfig, AdminSecret, GameServer, GameServerConfig, RoomConfig, RunningAdmin,
+    RunningGameServer,
 };
-use token_resolver_player::{IntegratorClient, RoomJoinArgs};
+use token_resolver_player::{GameClient, GameClientError, IntegratorClient, RoomJoinArgs};
 use token_resolver_reference_api::{self as reference_api, ApiConfig, ReferenceApi};
 
 use support::{Upstream, UpstreamConfig};

@@ -10,9 +10,9 @@ use std::time::Duration;
 use support::{eventually, game_server_with, in_the_first_room, logged_in, room};
 use token_resolver::{RedisTier, Resolver};
 use token_resolver_game_server::{
-    AdminConfig, AdminSecret, GameClient, GameClientError, GameServerConfig, RunningAdmin,
-    RunningGameServer,
+    AdminConfig, AdminSecret, GameServerConfig, RunningAdmin, RunningGameServer,
 };
+use token_resolver_player::{GameClient, GameClientError};
 use token_resolver_reference_api::{self as reference_api, ApiConfig, ReferenceApi, RunningApi};
 use token_resolver_support::redis::RedisServer;
 

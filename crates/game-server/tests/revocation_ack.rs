@@ -23,9 +23,9 @@ use support::redis::RedisServer;
 use support::{eventually, in_the_first_room, resolver_for, respond, user_answer, Relay, Scripted};
 use token_resolver::{ErrorCode, RedisTier};
 use token_resolver_game_server::{
-    AdminConfig, AdminSecret, GameClient, GameClientError, GameServerConfig, RunningAdmin,
-    RunningGameServer,
+    AdminConfig, AdminSecret, GameServerConfig, RunningAdmin, RunningGameServer,
 };
+use token_resolver_player::{GameClient, GameClientError};
 
 const ADMIN_SECRET: &str = "integrator-and-game-servers-32b!";
 const REDIS_SECRET: &str = "a-redis-secret-of-32-bytes-long!";

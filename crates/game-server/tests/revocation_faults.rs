@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use support::redis::RedisServer;
 use support::{eventually, in_the_first_room, resolver_for, respond, user_answer, Relay, Scripted};
 use token_resolver::RedisTier;
-use token_resolver_game_server::{GameClientError, GameServerConfig, RunningGameServer};
+use token_resolver_game_server::{GameServerConfig, RunningGameServer};
+use token_resolver_player::GameClientError;
 
 const REDIS_SECRET: &str = "a-redis-secret-of-32-bytes-long!";
 

@@ -16,9 +16,9 @@ use support::{
 };
 use token_resolver::{RedisTier, Resolver, ResolverBuilder};
 use token_resolver_game_server::{
-    AdminConfig, AdminSecret, GameClient, GameClientError, GameServerConfig, Push, RunningAdmin,
-    RunningGameServer,
+    AdminConfig, AdminSecret, GameServerConfig, RunningAdmin, RunningGameServer,
 };
+use token_resolver_player::{GameClient, GameClientError, Player, Push};
 use token_resolver_support::redis::RedisServer;
 
 const SECRET: &str = "an-admin-secret-of-32-bytes-long";
@@ -95,7 +95,7 @@ async fn an_expiring_token_is_renewed_in_place_and_the_player_stays_in_the_room(
         .unwrap();
     assert_eq!(
         refreshed,
-        Push::Refreshed(Some(token_resolver_game_server::Player {
+        Push::Refreshed(Some(Player {
             id: 1,
             name: "Alice".into()
         }))

@@ -16,10 +16,9 @@ use support::{
 };
 use token_resolver::Resolver;
 use token_resolver_game_server::{
-    GameClient, GameServerConfig, RunningGameServer, WebSocketConfig, RATE_LIMITED,
-    TOO_MANY_CONNECTIONS,
+    GameServerConfig, RunningGameServer, WebSocketConfig, RATE_LIMITED, TOO_MANY_CONNECTIONS,
 };
-use token_resolver_player::RoomInfo;
+use token_resolver_player::{GameClient, RoomInfo};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 

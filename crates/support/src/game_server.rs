@@ -37,8 +37,8 @@ pub async fn game_server_with(
 pub async fn in_the_first_room(
     game: &token_resolver_game_server::RunningGameServer,
     token: &str,
-) -> token_resolver_game_server::GameClient {
-    let mut client = token_resolver_game_server::GameClient::open(game.local_addr())
+) -> token_resolver_player::GameClient {
+    let mut client = token_resolver_player::GameClient::open(game.local_addr())
         .await
         .unwrap();
     client.connect(Some(token)).await.unwrap();

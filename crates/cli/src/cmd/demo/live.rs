@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Map;
 use token_resolver::ErrorCode;
-use token_resolver_game_server::{GameClient, GameClientError, Push};
-use token_resolver_player::{ClientError, IntegratorClient, RoomInfo, RoomJoinArgs};
+use token_resolver_player::{
+    ClientError, GameClient, GameClientError, IntegratorClient, Push, RoomInfo, RoomJoinArgs,
+};
 
 use super::narration::{expect_refused, ms, step, DemoError};
 use super::parties::Parties;

@@ -30,8 +30,8 @@ use std::time::Instant;
 use clap::Args;
 use serde_json::Map;
 use token_resolver::ErrorCode;
-use token_resolver_game_server::{GameClient, Player, RunningAdmin, RunningGameServer};
-use token_resolver_player::{IntegratorClient, RoomInfo, RoomJoinArgs};
+use token_resolver_game_server::{RunningAdmin, RunningGameServer};
+use token_resolver_player::{GameClient, IntegratorClient, Player, RoomInfo, RoomJoinArgs};
 
 use self::narration::{expect_cache_hit, expect_player, expect_refused, ms, step, DemoError};
 use self::parties::{start, Parties};

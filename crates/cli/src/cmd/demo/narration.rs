@@ -5,7 +5,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use token_resolver::Stats;
-use token_resolver_game_server::{GameClientError, Player};
+use token_resolver_player::{GameClientError, Player};
 
 /// A demo step that did not turn out as expected.
 pub(super) type DemoError = Box<dyn std::error::Error + Send + Sync>;
