@@ -1,17 +1,32 @@
-//! Serving an axum router on a listener with the bounds a public port needs: a cap on open
-//! connections, in all and per client address (one more is answered a quick 503 with
-//! `Retry-After` and closed), a deadline for
-//! each request's head counted from accept (and, on a kept-alive connection, from the end of
-//! the last answer: an idle connection is closed at the same deadline), one for the whole
-//! request, and a graceful stop. HTTP/1.1 only: the admin listener and the WebSocket transport
-//! both serve through it, and neither means to speak HTTP/2.
+//! One bounded accept loop for every HTTP listener of the products, [`serve_with`], and
+//! [`serve`], an axum router on it with a deadline for each whole request. The bounds a
+//! public port needs:
 //!
-//! hyper's HTTP/1 connection is used directly, not hyper-util's auto builder: the auto builder
-//! reads the first bytes to tell the protocols apart with no timer running, so a client that
-//! sends nothing held its slot for ever, and its `http1_only` does not apply to connections
-//! served with upgrades.
+//! - a cap on open connections, in all and per client address: one more is answered a quick
+//!   503 with `Retry-After` and closed ([`TurnAway`]), or only closed where no answer can come
+//!   before a handshake (TLS);
+//! - a deadline for the first request's head counted from accept, whatever the client sends or
+//!   does not send (a silent socket, an HTTP/2 preface cut short, a TLS handshake left
+//!   hanging), and for every later head on a kept-alive HTTP/1.1 connection, so an idle one
+//!   is closed at the same deadline;
+//! - over HTTP/2, keep-alive pings (a dead peer is dropped) and an idle timeout (a live one
+//!   with nothing in flight is closed);
+//! - the client's address on every request, as `ConnectInfo` (as `axum::serve` with connect
+//!   info gives it);
+//! - a graceful stop: no more accepts, connections asked to finish, waited for a bounded time.
+//!
+//! [`Protocols::Http1`] serves with hyper's HTTP/1 connection directly, with upgrades (the
+//! WebSocket transport): hyper-util's auto builder ignores `http1_only` on connections served
+//! with upgrades. [`Protocols::Both`] serves with hyper-util's auto builder, which tells the
+//! protocols apart by the client's preface in the clear (and by the [`Transport`]'s ALPN over
+//! TLS); it reads that preface with no timer of its own, which the head deadline bounds.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request, State};
@@ -19,20 +34,27 @@ use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use hyper::body::Incoming;
+use hyper::body::{Body, Incoming};
 use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use serde_json::json;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
-use tower_service::Service as _;
+use tokio::time::Instant;
+use tower_service::Service;
 
 use crate::caps::{PerAddress, TurnAway};
 use crate::task::Stopped;
 
-/// Longest wait for requests in progress when the listener stops.
+/// Longest wait for requests in progress when a listener served by [`serve`] stops.
 const STOP_GRACE: Duration = Duration::from_secs(5);
-/// The bounds of one listener.
+
+/// Why a connection ended early.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The bounds of one listener served by [`serve`].
 #[derive(Debug, Clone, Copy)]
 pub struct HttpLimits {
     /// Connections open at once; one more is answered 503 with `Retry-After: 1` and closed.
@@ -47,77 +69,409 @@ pub struct HttpLimits {
     pub request_timeout: Duration,
 }
 
-/// Serves `router` on `listener` within `limits` until `stopped` fires; then stops accepting,
-/// lets requests in progress finish for a few seconds and closes idle connections.
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    limits: HttpLimits,
-    mut stopped: Stopped,
-) {
+/// The HTTP versions a listener speaks.
+#[derive(Debug, Clone, Copy)]
+pub enum Protocols {
+    /// HTTP/1.1 only, with upgrades (WebSocket); an HTTP/2 preface is not served.
+    Http1,
+    /// HTTP/1.1 and HTTP/2, by the client's preface in the clear and by ALPN over TLS.
+    Both {
+        /// How often an HTTP/2 connection is pinged; one not answered within as long is
+        /// dropped.
+        keep_alive: Duration,
+        /// Longest an HTTP/2 connection may stay open with no request in flight.
+        idle_timeout: Duration,
+    },
+}
+
+/// The bounds of one listener served by [`serve_with`].
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Connections open at once; one more is turned away.
+    pub max_connections: usize,
+    /// Connections one client address holds open at once; one more is turned away.
+    pub max_connections_per_address: usize,
+    /// Longest from accept to the first request's head (a handshake included), and from one
+    /// answer to the next head on a kept-alive HTTP/1.1 connection; then the connection
+    /// closes.
+    pub head_timeout: Duration,
+    /// The HTTP versions served.
+    pub protocols: Protocols,
+    /// Longest wait for connections to finish once the listener stops.
+    pub grace: Duration,
+}
+
+/// The protocol a handshake chose (TLS's ALPN).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.1.
+    Http1,
+    /// HTTP/2.
+    Http2,
+}
+
+/// What carries HTTP on an accepted TCP connection: the clear ([`Clear`]) or a handshake of
+/// the implementer's (TLS).
+pub trait Transport: Send + Sync + 'static {
+    /// The stream HTTP is read from and written to.
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+
+    /// Whether a connection past a cap can be answered (503) before any handshake: true in
+    /// the clear; a connection is closed otherwise.
+    fn answers_before_handshake(&self) -> bool;
+
+    /// Called for every TCP connection accepted, admitted or not (a count for a load run).
+    fn accepted(&self) {}
+
+    /// The stream to serve over `stream`, and the protocol the handshake chose, if any; run
+    /// within the head deadline.
+    fn handshake(
+        &self,
+        stream: TcpStream,
+    ) -> impl Future<Output = io::Result<(Self::Io, Option<Protocol>)>> + Send;
+}
+
+/// HTTP in the clear, on the TCP stream itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Clear;
+
+impl Transport for Clear {
+    type Io = TcpStream;
+
+    fn answers_before_handshake(&self) -> bool {
+        true
+    }
+
+    async fn handshake(&self, stream: TcpStream) -> io::Result<(TcpStream, Option<Protocol>)> {
+        Ok((stream, None))
+    }
+}
+
+/// Serves `router` on `listener` within `limits`, HTTP/1.1 only, until `stopped` fires; then
+/// stops accepting, lets requests in progress finish for a few seconds and closes idle
+/// connections.
+pub async fn serve(listener: TcpListener, router: Router, limits: HttpLimits, stopped: Stopped) {
     let router = router.layer(middleware::from_fn_with_state(
         limits.request_timeout,
         request_deadline,
     ));
-    let max_connections = limits.max_connections.max(1);
+    let bounds = Bounds {
+        max_connections: limits.max_connections,
+        max_connections_per_address: limits.max_connections_per_address,
+        head_timeout: limits.header_timeout,
+        protocols: Protocols::Http1,
+        grace: STOP_GRACE,
+    };
+    serve_with(listener, router, bounds, Clear, stopped).await;
+}
+
+/// Accepts connections on `listener` within `bounds`, carried by `transport`, and serves
+/// `service` on each (every request carrying the client's address as `ConnectInfo`) until
+/// `stopped` fires; then stops accepting, asks open connections to finish and waits for them
+/// at most `bounds.grace`.
+pub async fn serve_with<S, B, T>(
+    listener: TcpListener,
+    service: S,
+    bounds: Bounds,
+    transport: T,
+    mut stopped: Stopped,
+) where
+    S: Service<hyper::Request<Incoming>, Response = hyper::Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    T: Transport,
+{
+    let max_connections = bounds.max_connections.max(1);
     let slots = Arc::new(Semaphore::new(max_connections));
-    let per_address = PerAddress::new(limits.max_connections_per_address);
+    let per_address = PerAddress::new(bounds.max_connections_per_address);
     let turn_away = TurnAway::default();
     let (stopping, stop_seen) = watch::channel(false);
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+    let builders = Arc::new(Builders::new(&bounds));
+    let transport = Arc::new(transport);
     loop {
         let (stream, peer) = tokio::select! {
             () = stopped.wait() => break,
             accepted = crate::task::accept(&listener) => accepted,
         };
-        let Some(address_slot) = per_address.admit(peer.ip()) else {
-            tracing::debug!(%peer, "client address at its cap: connection answered 503");
-            turn_away.answer(stream);
-            continue;
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, "HTTP listener full: connection answered 503");
-            turn_away.answer(stream);
+        let head_by = Instant::now() + bounds.head_timeout;
+        transport.accepted();
+        let admitted = per_address.admit(peer.ip()).and_then(|address_slot| {
+            let slot = slots.clone().try_acquire_owned().ok()?;
+            Some((slot, address_slot))
+        });
+        let Some(admitted) = admitted else {
+            tracing::debug!(%peer, "HTTP listener at a cap: connection turned away");
+            if transport.answers_before_handshake() {
+                turn_away.answer(stream);
+            }
             continue;
         };
         // Small answers, sent at once: a WebSocket frame must not wait for the last ACK.
         let _ = stream.set_nodelay(true);
-        // Every request carries the client's address, as `axum::serve` with connect info
-        // gives it.
-        let router = router.clone();
-        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            router.clone().call(request)
-        });
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .with_upgrades();
-        let mut stop_seen = stop_seen.clone();
+        let connection = Connection {
+            peer,
+            head_by,
+            activity: Activity::new(),
+            stop: stop_seen.clone(),
+        };
+        let (service, builders, transport) = (service.clone(), builders.clone(), transport.clone());
         tokio::spawn(async move {
-            let mut connection = std::pin::pin!(connection);
-            let stop = async move {
-                let _ = stop_seen.wait_for(|stopping| *stopping).await;
-            };
-            let ended = tokio::select! {
-                ended = connection.as_mut() => ended,
-                () = stop => {
-                    connection.as_mut().graceful_shutdown();
-                    connection.await
-                }
-            };
-            if let Err(error) = ended {
+            let _admitted = admitted;
+            if let Err(error) = connection
+                .run(stream, &*transport, service, &builders)
+                .await
+            {
                 tracing::debug!(%peer, %error, "HTTP connection ended with an error");
             }
-            drop((slot, address_slot));
         });
     }
     drop(listener);
     let _ = stopping.send(true);
     let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
-    let _ = tokio::time::timeout(STOP_GRACE, slots.acquire_many(all)).await;
+    let _ = tokio::time::timeout(bounds.grace, slots.acquire_many(all)).await;
+}
+
+/// The connection builders of one listener.
+#[allow(clippy::large_enum_variant)] // One per listener, built once and shared.
+enum Builders {
+    Http1(http1::Builder),
+    Both {
+        /// By the client's preface.
+        auto: auto::Builder<TokioExecutor>,
+        /// As a handshake chose.
+        http1: auto::Builder<TokioExecutor>,
+        http2: auto::Builder<TokioExecutor>,
+        idle_timeout: Duration,
+    },
+}
+
+impl Builders {
+    fn new(bounds: &Bounds) -> Builders {
+        match bounds.protocols {
+            Protocols::Http1 => {
+                let mut builder = http1::Builder::new();
+                builder
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(bounds.head_timeout);
+                Builders::Http1(builder)
+            }
+            Protocols::Both {
+                keep_alive,
+                idle_timeout,
+            } => {
+                let mut builder = auto::Builder::new(TokioExecutor::new());
+                builder
+                    .http1()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(bounds.head_timeout);
+                builder
+                    .http2()
+                    .timer(TokioTimer::new())
+                    .keep_alive_interval(keep_alive)
+                    .keep_alive_timeout(keep_alive);
+                Builders::Both {
+                    http1: builder.clone().http1_only(),
+                    http2: builder.clone().http2_only(),
+                    auto: builder,
+                    idle_timeout,
+                }
+            }
+        }
+    }
+}
+
+/// One admitted connection, before its transport's handshake.
+struct Connection {
+    peer: SocketAddr,
+    /// When the first request's head must have come.
+    head_by: Instant,
+    activity: Arc<Activity>,
+    /// Turns true when the listener stops.
+    stop: watch::Receiver<bool>,
+}
+
+impl Connection {
+    /// Runs the handshake and serves the connection until it ends, closing it if no request
+    /// head has come by the deadline.
+    async fn run<S, B, T>(
+        self,
+        stream: TcpStream,
+        transport: &T,
+        service: S,
+        builders: &Builders,
+    ) -> Result<(), BoxError>
+    where
+        S: Service<hyper::Request<Incoming>, Response = hyper::Response<B>>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<BoxError>,
+        B: Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<BoxError>,
+        T: Transport,
+    {
+        let Connection {
+            peer,
+            head_by,
+            activity,
+            mut stop,
+        } = self;
+        let served = async {
+            let (io, chosen) = tokio::select! {
+                handshaken = transport.handshake(stream) => handshaken?,
+                () = stopping(&mut stop) => return Ok(()),
+            };
+            activity.served();
+            let seen = activity.clone();
+            let service =
+                hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    let busy = seen.begin(request.version() == hyper::Version::HTTP_2);
+                    let answer = service.clone().call(request);
+                    async move {
+                        let answer = answer.await;
+                        drop(busy);
+                        answer
+                    }
+                });
+            let io = TokioIo::new(io);
+            match builders {
+                Builders::Http1(builder) => {
+                    let connection = builder.serve_connection(io, service).with_upgrades();
+                    until_stopped(connection, |c| c.graceful_shutdown(), stop).await
+                }
+                Builders::Both {
+                    auto,
+                    http1,
+                    http2,
+                    idle_timeout,
+                } => {
+                    let builder = match chosen {
+                        None => auto,
+                        Some(Protocol::Http1) => http1,
+                        Some(Protocol::Http2) => {
+                            activity.h2.store(true, Ordering::Release);
+                            http2
+                        }
+                    };
+                    let connection = builder.serve_connection(io, service);
+                    tokio::select! {
+                        served = until_stopped(connection, |c| c.graceful_shutdown(), stop) => served,
+                        () = activity.h2_idle_for(*idle_timeout) => Ok(()),
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            served = served => served,
+            () = activity.no_head_by(head_by) => Err("no request head before the deadline".into()),
+        }
+    }
+}
+
+/// Drives `connection` to its end; once the listener stops, asks it to finish first.
+async fn until_stopped<C, E>(
+    connection: C,
+    finish: impl FnOnce(Pin<&mut C>),
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), BoxError>
+where
+    C: Future<Output = Result<(), E>>,
+    E: Into<BoxError>,
+{
+    let mut connection = pin!(connection);
+    let ended = tokio::select! {
+        ended = connection.as_mut() => ended,
+        () = stopping(&mut stop) => {
+            finish(connection.as_mut());
+            connection.await
+        }
+    };
+    ended.map_err(Into::into)
+}
+
+/// Returns once the listener stops.
+async fn stopping(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopping| *stopping).await;
+}
+
+/// What a connection is doing: requests in flight, whether one has begun, whether it speaks
+/// HTTP/2, and when it was last busy.
+struct Activity {
+    in_flight: AtomicUsize,
+    begun: AtomicBool,
+    h2: AtomicBool,
+    /// When the connection was served or last finished a request.
+    last_busy: Mutex<Instant>,
+}
+
+/// A request in flight, counted until it is dropped.
+struct Busy(Arc<Activity>);
+
+impl Activity {
+    /// A connection accepted now, with nothing in flight.
+    fn new() -> Arc<Activity> {
+        Arc::new(Activity {
+            in_flight: AtomicUsize::new(0),
+            begun: AtomicBool::new(false),
+            h2: AtomicBool::new(false),
+            last_busy: Mutex::new(Instant::now()),
+        })
+    }
+
+    fn last_busy(&self) -> MutexGuard<'_, Instant> {
+        self.last_busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The connection is served from now (its handshake done).
+    fn served(&self) {
+        *self.last_busy() = Instant::now();
+    }
+
+    /// A request began (its head came), over HTTP/2 or not.
+    fn begin(self: &Arc<Self>, h2: bool) -> Busy {
+        if h2 {
+            self.h2.store(true, Ordering::Release);
+        }
+        self.begun.store(true, Ordering::Release);
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        Busy(self.clone())
+    }
+
+    /// Returns at `deadline` if no request has begun by then; never otherwise.
+    async fn no_head_by(&self, deadline: Instant) {
+        tokio::time::sleep_until(deadline).await;
+        if self.begun.load(Ordering::Acquire) {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Returns once the connection speaks HTTP/2 and nothing has been in flight for `idle`.
+    async fn h2_idle_for(&self, idle: Duration) {
+        loop {
+            let quiet = self.last_busy().elapsed();
+            let h2 = self.h2.load(Ordering::Acquire);
+            if h2 && self.in_flight.load(Ordering::Acquire) == 0 && quiet >= idle {
+                return;
+            }
+            let left = idle.saturating_sub(quiet).max(idle / 4);
+            tokio::time::sleep(left.max(Duration::from_millis(10))).await;
+        }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        *self.0.last_busy() = Instant::now();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Answers 408 when a request (its body included) takes longer than the deadline.

@@ -2,8 +2,9 @@
 //!
 //! - [`task`]: [`ServerTask`], a server in a tokio task with a bounded graceful stop, the
 //!   [`Stopped`] signal its accept loop watches, and [`accept`], which does not spin;
-//! - [`http`]: serving an axum router within [`HttpLimits`] (a connection cap, deadlines for a
-//!   request's head and for the whole request);
+//! - [`http`]: the one bounded accept loop of every HTTP listener, [`http::serve_with`] (caps
+//!   on connections, a head deadline from accept, HTTP/1.1 or both versions, TLS through a
+//!   [`http::Transport`], a graceful stop), and an axum router on it within [`HttpLimits`];
 //! - [`budget`]: [`Budget`], how often each caller (an address, a device id) did something
 //!   lately, each at most a budget per window;
 //! - [`caps`]: [`PerAddress`], connections counted per client address for a cap on each, and
@@ -12,8 +13,8 @@
 //!   operator names, and the TCP peer otherwise;
 //! - [`secret`]: [`AdminSecret`], the bearer secret of the admin endpoints.
 //!
-//! The reference integrator API, the game server's admin and WebSocket listeners are built on
-//! it. It knows nothing of tokens or users.
+//! The reference integrator API, the game server's admin and WebSocket listeners and the
+//! sidecar's HTTP listener are built on it. It knows nothing of tokens or users.
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 
@@ -27,6 +28,6 @@ pub mod task;
 pub use budget::Budget;
 pub use caps::{address_key, AddressSlot, PerAddress, TurnAway};
 pub use forwarded::{TrustedProxies, TrustedProxyError};
-pub use http::HttpLimits;
+pub use http::{Bounds, HttpLimits, Protocols};
 pub use secret::{AdminSecret, AdminSecretError};
 pub use task::{accept, ServerTask, Stopped};

@@ -1,6 +1,6 @@
-//! Serving the reference API on a socket: our own accept loop, in the clear or over TLS
-//! (tokio-rustls), each connection served by hyper's HTTP/1.1 or HTTP/2 connection, chosen by
-//! ALPN over TLS and by the client's preface in the clear, within [`ServeLimits`]:
+//! Serving the reference API on a socket, in the clear or over TLS (tokio-rustls), with
+//! HTTP/1.1 or HTTP/2, chosen by ALPN over TLS and by the client's preface in the clear, within
+//! [`ServeLimits`]:
 //!
 //! - a connection cap in all and one per client address; a connection past either is answered
 //!   a quick 503 with `Retry-After` in the clear (closed over TLS, which has no answer before a
@@ -11,36 +11,26 @@
 //! - over HTTP/2, keep-alive pings (a dead peer is dropped) and an idle timeout (a live one
 //!   with nothing in flight is closed).
 //!
-//! The loop is ours rather than `axum::serve` for those bounds, and so that it can count what a
-//! load run needs to know from the server's side: the TCP connections accepted and the TLS
-//! handshakes completed ([`ConnectionCounts`]). It owns no routing; that is the router's.
+//! The loop is the listener crate's ([`http::serve_with`]); what is the API's own is how it
+//! counts what a load run needs to know from the server's side: the TCP connections accepted
+//! and the TLS handshakes completed ([`ConnectionCounts`]). It owns no routing; that is the
+//! router's.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
 use axum::Router;
-use hyper::body::Incoming;
-use hyper::server::conn::{http1, http2};
-use hyper::Request;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
-use tokio::time::Instant;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
-use tower_service::Service as _;
 
-use token_resolver_listener::{PerAddress, Stopped, TurnAway};
-
-/// What an HTTP/2 client sends first.
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+use token_resolver_listener::http::{self, Bounds, Protocol, Protocols, Transport};
+use token_resolver_listener::Stopped;
 
 /// The bounds of the reference API's listener.
 #[derive(Debug, Clone, Copy)]
@@ -121,236 +111,75 @@ pub(super) async fn serve(
     tls: Option<TlsAcceptor>,
     counts: Arc<ConnectionCounts>,
     limits: ServeLimits,
-    mut stop: Stopped,
+    stop: Stopped,
     grace: Duration,
 ) {
-    let graceful = GracefulShutdown::new();
-    let places = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let per_address = PerAddress::new(limits.max_connections_per_address);
-    let turn_away = TurnAway::default();
-    loop {
-        let (stream, peer) = tokio::select! {
-            () = stop.wait() => break,
-            accepted = token_resolver_listener::accept(&listener) => accepted,
-        };
-        let head_by = Instant::now() + limits.head_timeout;
-        counts.accepted.fetch_add(1, Ordering::Relaxed);
-        let admitted = places.clone().try_acquire_owned().ok().and_then(|place| {
-            let slot = per_address.admit(peer.ip())?;
-            Some((place, slot))
-        });
-        let Some(admitted) = admitted else {
-            tracing::debug!(%peer, "reference API: too many connections; answered 503");
-            // Over TLS no answer can come before a handshake: the connection is closed.
-            if tls.is_none() {
-                turn_away.answer(stream);
-            }
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        let connection = Connection {
-            router: router.clone(),
-            peer,
-            head_by,
-            limits,
-        };
-        let watcher = graceful.watcher();
-        let (tls, counts) = (tls.clone(), counts.clone());
-        tokio::spawn(async move {
-            let _admitted = admitted;
-            let served = match tls {
-                None => connection.serve_clear(stream, watcher).await,
-                Some(acceptor) => {
-                    connection
-                        .serve_tls(stream, acceptor, &counts, watcher)
-                        .await
-                }
-            };
-            if let Err(error) = served {
-                tracing::debug!(%error, %peer, "reference API: connection ended");
-            }
-        });
+    let bounds = Bounds {
+        max_connections: limits.max_connections,
+        max_connections_per_address: limits.max_connections_per_address,
+        head_timeout: limits.head_timeout,
+        protocols: Protocols::Both {
+            keep_alive: limits.h2_keep_alive,
+            idle_timeout: limits.h2_idle_timeout,
+        },
+        grace,
+    };
+    match tls {
+        None => http::serve_with(listener, router, bounds, Counted(counts), stop).await,
+        Some(acceptor) => {
+            let tls = Tls { acceptor, counts };
+            http::serve_with(listener, router, bounds, tls, stop).await;
+        }
     }
-    drop(listener);
-    let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
 }
 
-/// One accepted connection, before its protocol is known.
-struct Connection {
-    router: Router,
-    peer: SocketAddr,
-    /// When the first request's head must have come.
-    head_by: Instant,
-    limits: ServeLimits,
-}
+/// In the clear, counting the connections accepted.
+struct Counted(Arc<ConnectionCounts>);
 
-/// Why a connection ended early.
-type Ended = Box<dyn std::error::Error + Send + Sync>;
+impl Transport for Counted {
+    type Io = TcpStream;
 
-impl Connection {
-    /// In the clear: HTTP/2 when the client opens with its preface, HTTP/1.1 otherwise.
-    async fn serve_clear(
-        self,
-        stream: TcpStream,
-        watcher: hyper_util::server::graceful::Watcher,
-    ) -> Result<(), Ended> {
-        let h2 = tokio::time::timeout_at(self.head_by, opens_with_h2_preface(&stream))
-            .await
-            .map_err(|_| "no request head before the deadline")??;
-        self.serve(stream, h2, watcher).await
+    fn answers_before_handshake(&self) -> bool {
+        true
     }
 
-    /// Over TLS: the handshake within the head deadline, then HTTP/2 when ALPN chose it.
-    async fn serve_tls(
-        self,
+    fn accepted(&self) {
+        self.0.accepted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    async fn handshake(&self, stream: TcpStream) -> std::io::Result<(TcpStream, Option<Protocol>)> {
+        Ok((stream, None))
+    }
+}
+
+/// Over TLS, HTTP/2 when ALPN chose it, counting the connections accepted and the handshakes
+/// completed.
+struct Tls {
+    acceptor: TlsAcceptor,
+    counts: Arc<ConnectionCounts>,
+}
+
+impl Transport for Tls {
+    type Io = TlsStream<TcpStream>;
+
+    /// Over TLS no answer can come before a handshake: a connection past a cap is closed.
+    fn answers_before_handshake(&self) -> bool {
+        false
+    }
+
+    fn accepted(&self) {
+        self.counts.accepted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    async fn handshake(
+        &self,
         stream: TcpStream,
-        acceptor: TlsAcceptor,
-        counts: &ConnectionCounts,
-        watcher: hyper_util::server::graceful::Watcher,
-    ) -> Result<(), Ended> {
-        let stream = tokio::time::timeout_at(self.head_by, acceptor.accept(stream))
-            .await
-            .map_err(|_| "the TLS handshake did not end before the deadline")??;
-        counts.handshakes.fetch_add(1, Ordering::Relaxed);
+    ) -> std::io::Result<(TlsStream<TcpStream>, Option<Protocol>)> {
+        let stream = self.acceptor.accept(stream).await?;
+        self.counts.handshakes.fetch_add(1, Ordering::Relaxed);
         let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-        self.serve(stream, h2, watcher).await
-    }
-
-    /// Serves `io` with HTTP/2 or HTTP/1.1 until it ends, closing it if no request head has
-    /// come by the deadline, or (HTTP/2) when it has been idle for the idle timeout.
-    async fn serve<I>(
-        self,
-        io: I,
-        h2: bool,
-        watcher: hyper_util::server::graceful::Watcher,
-    ) -> Result<(), Ended>
-    where
-        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let activity = Activity::new();
-        // Every request carries the peer's address as `ConnectInfo` (as `axum::serve` with
-        // `into_make_service_with_connect_info` gives it): the login throttle counts failures
-        // per client address.
-        let (router, peer, seen) = (self.router, self.peer, activity.clone());
-        let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            let busy = seen.begin();
-            let answer = router.clone().call(request);
-            async move {
-                let answer = answer.await;
-                drop(busy);
-                answer
-            }
-        });
-        let limits = self.limits;
-        let served = async {
-            if h2 {
-                let mut builder = http2::Builder::new(TokioExecutor::new());
-                builder
-                    .timer(TokioTimer::new())
-                    .keep_alive_interval(limits.h2_keep_alive)
-                    .keep_alive_timeout(limits.h2_keep_alive);
-                let connection = builder.serve_connection(TokioIo::new(io), service);
-                tokio::select! {
-                    served = watcher.watch(connection) => served.map_err(Ended::from),
-                    () = activity.idle_for(limits.h2_idle_timeout) => Ok(()),
-                }
-            } else {
-                let mut builder = http1::Builder::new();
-                builder
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(limits.head_timeout);
-                let connection = builder.serve_connection(TokioIo::new(io), service);
-                watcher.watch(connection).await.map_err(Ended::from)
-            }
-        };
-        tokio::select! {
-            served = served => served,
-            () = activity.no_head_by(self.head_by) => Err("no request head before the deadline".into()),
-        }
-    }
-}
-
-/// Whether the stream opens with HTTP/2's preface: waits for as many bytes as it takes to tell
-/// (any byte that differs says HTTP/1.1); an error when the client closes first.
-async fn opens_with_h2_preface(stream: &TcpStream) -> std::io::Result<bool> {
-    let mut seen = [0u8; H2_PREFACE.len()];
-    loop {
-        let n = stream.peek(&mut seen).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        if seen[..n] != H2_PREFACE[..n] {
-            return Ok(false);
-        }
-        if n == H2_PREFACE.len() {
-            return Ok(true);
-        }
-        // Part of the preface, and the rest still on its way: peek again shortly.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// What a connection is doing: requests in flight, whether one has begun, and when it was
-/// last busy.
-struct Activity {
-    in_flight: AtomicUsize,
-    begun: AtomicBool,
-    /// When the connection was served or last finished a request.
-    last_busy: Mutex<Instant>,
-}
-
-/// A request in flight, counted until it is dropped.
-struct Busy(Arc<Activity>);
-
-impl Activity {
-    /// A connection served from now, with nothing in flight.
-    fn new() -> Arc<Activity> {
-        Arc::new(Activity {
-            in_flight: AtomicUsize::new(0),
-            begun: AtomicBool::new(false),
-            last_busy: Mutex::new(Instant::now()),
-        })
-    }
-
-    fn last_busy(&self) -> MutexGuard<'_, Instant> {
-        self.last_busy
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A request began (its head came).
-    fn begin(self: &Arc<Self>) -> Busy {
-        self.begun.store(true, Ordering::Release);
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-        Busy(self.clone())
-    }
-
-    /// Returns at `deadline` if no request has begun by then; never otherwise.
-    async fn no_head_by(&self, deadline: Instant) {
-        tokio::time::sleep_until(deadline).await;
-        if self.begun.load(Ordering::Acquire) {
-            std::future::pending::<()>().await;
-        }
-    }
-
-    /// Returns once nothing has been in flight for `idle`.
-    async fn idle_for(&self, idle: Duration) {
-        loop {
-            let quiet = self.last_busy().elapsed();
-            if self.in_flight.load(Ordering::Acquire) == 0 && quiet >= idle {
-                return;
-            }
-            let left = idle.saturating_sub(quiet).max(idle / 4);
-            tokio::time::sleep(left.max(Duration::from_millis(10))).await;
-        }
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        *self.0.last_busy() = Instant::now();
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let chosen = if h2 { Protocol::Http2 } else { Protocol::Http1 };
+        Ok((stream, Some(chosen)))
     }
 }
 
