@@ -3,7 +3,6 @@
 
 use std::net::IpAddr;
 
-use super::live::{Credential, Holdings, Purpose};
 use super::protocol::{
     blank_quoted, encode, player_of, refusal, BAD_REQUEST, RATE_LIMITED, REFRESH_MISMATCH,
     ROOM_NOT_FOUND,
@@ -13,6 +12,7 @@ use super::telemetry::MESSAGES_TOTAL;
 use token_resolver::{AccessToken, ConnectRequest, ErrorCode, Identity, JoinRequest, ResolveError};
 use token_resolver_player::protocol::{JoinMessage, Request, ServerMessage};
 use token_resolver_player::Player;
+use token_resolver_sessions::{Credential, Purpose, SessionCredentials};
 
 /// Who sent a message: the connection, and the client's address where the transport knows it.
 #[derive(Debug, Clone, Copy)]
@@ -56,7 +56,7 @@ impl From<Vec<u8>> for Reply {
 pub(super) async fn handle(
     shared: &Shared,
     caller: Caller,
-    holdings: &mut Holdings,
+    holdings: &mut SessionCredentials,
     transport: &'static str,
     message: &[u8],
 ) -> Reply {
@@ -126,7 +126,7 @@ pub(super) async fn handle(
 /// Keeps the credential a successful resolution gave, when it resolved a user with a token.
 fn hold(
     shared: &Shared,
-    holdings: &mut Holdings,
+    holdings: &mut SessionCredentials,
     purpose: Purpose,
     endpoint: &str,
     token: Option<String>,
@@ -148,7 +148,7 @@ fn hold(
 async fn join(
     shared: &Shared,
     caller: Caller,
-    holdings: &mut Holdings,
+    holdings: &mut SessionCredentials,
     join: JoinMessage,
 ) -> Reply {
     let connection = caller.connection;
@@ -217,7 +217,7 @@ async fn join(
 async fn refresh(
     shared: &Shared,
     caller: Caller,
-    holdings: &mut Holdings,
+    holdings: &mut SessionCredentials,
     token: Option<String>,
 ) -> Reply {
     let connection = caller.connection;

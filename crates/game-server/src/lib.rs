@@ -66,22 +66,19 @@
 //! - `session`: one session's message loop, whatever the transport, and the `Transport`
 //!   trait the transports implement;
 //! - `tcp`: the TCP transport: accept loop, connection cap, lines;
-//! - `admin`: the admin listener ([`RunningGameServer::spawn_admin`]), served through `http`,
-//!   a bounded HTTP listener; `revoke`: its `POST /admin/revoke`;
-//! - `live`: live sessions: what each holds, the registry revocations are matched against, the
-//!   revocation listener, and each session's timers (expiry, grace, revalidation);
+//! - live sessions (what each holds, the registry revocations are matched against, the
+//!   revocation follower, each session's timers and re-checks) and the admin listener
+//!   ([`RunningGameServer::spawn_admin`], with `POST /admin/revoke`) belong to the
+//!   `token_resolver_sessions` crate, shared with the sidecar;
 //! - [`telemetry`]: the `game_server_*` metric names and [`Metrics`](telemetry::Metrics), the
 //!   Prometheus recorder;
 //! - [`GameClient`], the client's end of the protocol, is `token_resolver_player`'s.
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 
-mod admin;
 mod config;
 mod handler;
-pub mod live;
 mod protocol;
-mod revoke;
 mod session;
 mod state;
 mod tcp;
@@ -96,7 +93,6 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tokio::net::TcpListener;
 
-pub use self::admin::{spawn as spawn_admin, AdminConfig, AdminNode, RunningAdmin};
 use self::config::validate_rooms;
 pub use self::config::{GameServerConfig, GameServerError, RoomConfig};
 pub use self::protocol::{
@@ -105,14 +101,14 @@ pub use self::protocol::{
 };
 use self::state::{normalised, Room, Shared};
 pub use self::websocket::WebSocketConfig;
-/// The admin secret of `POST /admin/revoke`: the reference API's type, since both sides share
-/// one secret (`TOKEN_RESOLVER_ADMIN_TOKEN`).
-pub use token_resolver_listener::AdminSecret;
 use token_resolver_listener::ServerTask;
 /// The client's end of the protocol and the user its answers show: the player's, re-exported
 /// under their former paths.
 pub use token_resolver_player::{GameClient, GameClientError, Joined, Player, Push};
 use token_resolver_player::{RoomInfo, AUTH_URL_PROPERTY};
+/// The admin listener, its [`AdminNode`] and the admin secret of `POST /admin/revoke` are the
+/// live sessions' (shared with the sidecar): re-exported here under their former paths.
+pub use token_resolver_sessions::{spawn_admin, AdminConfig, AdminNode, AdminSecret, RunningAdmin};
 
 /// How long [`RunningGameServer::shutdown`] lets sessions finish before they are cut.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -186,7 +182,7 @@ impl GameServer {
         let _ = self.resolver.shared_cache_subscribed();
         let shared = Arc::new(Shared::new(self.resolver, rooms, room_infos, self.config));
         shared.set_accepting(true);
-        tokio::spawn(live::listen(
+        tokio::spawn(token_resolver_sessions::listen(
             shared.resolver.dated_revocations(),
             shared.cut.clone(),
             Arc::downgrade(&shared.registry),
@@ -300,7 +296,7 @@ impl RunningGameServer {
         addr: SocketAddr,
         config: AdminConfig,
     ) -> io::Result<RunningAdmin> {
-        admin::spawn(addr, self.shared.clone(), config).await
+        token_resolver_sessions::spawn_admin(addr, self.shared.clone(), config).await
     }
 
     /// Serves the same game over WebSocket on `addr` too: `GET /ws` upgrades, each text frame

@@ -14,15 +14,16 @@ use std::sync::Arc;
 use axum::body::Bytes;
 
 use super::handler::{handle, Caller, Reply};
-use super::live::recheck::settle;
-use super::live::timers::sleep_until;
-use super::live::{Due, Holdings, Meanwhile, Standing, Timers};
 use super::protocol::{
     reauth_required, refusal, revoked, shutdown, BAD_REQUEST, IDLE_TIMEOUT, LINE_TOO_LONG,
     LOGIN_TIMEOUT, SESSION_EXPIRED,
 };
 use super::state::{Place, Shared};
 use super::telemetry::{SESSIONS_OPEN, SESSIONS_TOTAL};
+use token_resolver_sessions::{
+    recheck_until_known, sleep_until, Due, RevocationsSince, SessionCredentials, SessionStatus,
+    Timers,
+};
 
 /// What a transport read.
 pub(super) enum Incoming {
@@ -94,7 +95,7 @@ enum Wake {
     /// Revocations may have been missed: check the tokens again.
     Recheck,
     /// The check under way found what the session's tokens are worth now.
-    Checked(Standing),
+    Checked(SessionStatus),
     /// The session's clock says something is due.
     Timer,
     /// The connection has not logged in within the login timeout.
@@ -103,15 +104,15 @@ enum Wake {
 
 /// A check of what the session holds, under way beside its messages: it waits its turn and
 /// retries an integrator that cannot answer, which must not hold up the player.
-type Check<'a> = Pin<Box<dyn Future<Output = Standing> + Send + 'a>>;
+type Check<'a> = Pin<Box<dyn Future<Output = SessionStatus> + Send + 'a>>;
 
 /// Starts a check of `holdings` (a snapshot: a check under way when they change is started
 /// again).
-fn check<'a>(shared: &'a Shared, holdings: &Holdings) -> Check<'a> {
+fn check<'a>(shared: &'a Shared, holdings: &SessionCredentials) -> Check<'a> {
     let holdings = holdings.clone();
     Box::pin(async move {
         let grace = shared.config.unverified_grace;
-        settle(&shared.resolver, &holdings, &shared.rechecks, grace).await
+        recheck_until_known(&shared.resolver, &holdings, &shared.rechecks, grace).await
     })
 }
 
@@ -123,8 +124,8 @@ async fn run<T: Transport>(
 ) -> (&'static str, Close) {
     let connection = caller.connection;
     let config = &shared.config;
-    let levers = shared.registry.enrol(connection);
-    let mut holdings = Holdings::default();
+    let signals = shared.registry.enrol(connection);
+    let mut holdings = SessionCredentials::default();
     let mut timers = Timers::new(
         shared.resolver.clock_skew(),
         config.reauth_grace,
@@ -142,7 +143,7 @@ async fn run<T: Transport>(
         let wake = tokio::select! {
             biased;
             () = shared.cut.cancelled() => return ("cut", Close::Normal),
-            () = levers.kick.cancelled() => {
+            () = signals.kick.cancelled() => {
                 let _ = send(transport, revoked(), shared).await;
                 return ("revoked", Close::Normal);
             }
@@ -151,10 +152,10 @@ async fn run<T: Transport>(
                 return ("shutdown", Close::GoingAway);
             }
             () = sleep_until(login_by), if login_by.is_some() => Wake::LoginTimeout,
-            () = levers.recheck.notified() => Wake::Recheck,
-            standing = async { checking.as_mut().expect("checking").await }, if checking.is_some() => {
+            () = signals.recheck.notified() => Wake::Recheck,
+            status = async { checking.as_mut().expect("checking").await }, if checking.is_some() => {
                 checking = None;
-                Wake::Checked(standing)
+                Wake::Checked(status)
             }
             () = sleep_until(next), if next.is_some() => Wake::Timer,
             incoming = tokio::time::timeout(silence_left, transport.recv()) => {
@@ -168,7 +169,7 @@ async fn run<T: Transport>(
                 checking.get_or_insert_with(|| check(shared, &holdings));
                 continue;
             }
-            Wake::Checked(standing) => match checked(transport, shared, standing).await {
+            Wake::Checked(status) => match checked(transport, shared, status).await {
                 Some(end) => return end,
                 None => continue,
             },
@@ -234,7 +235,7 @@ async fn on_incoming<T: Transport>(
     transport: &mut T,
     shared: &Shared,
     caller: Caller,
-    holdings: &mut Holdings,
+    holdings: &mut SessionCredentials,
     incoming: Result<io::Result<Incoming>, tokio::time::error::Elapsed>,
 ) -> Next {
     let config = &shared.config;
@@ -261,7 +262,7 @@ async fn on_incoming<T: Transport>(
         }
         // A message in progress finishes while the server drains; only a cut stops it.
         Ok(Ok(Incoming::Message(message))) => {
-            let since = shared.registry.mark();
+            let since = shared.registry.cursor();
             let reply = tokio::select! {
                 biased;
                 () = shared.cut.cancelled() => return Next::End("cut", Close::Normal),
@@ -269,9 +270,9 @@ async fn on_incoming<T: Transport>(
             };
             // A revocation that came while the message was resolved did not find it.
             match shared.registry.update(caller.connection, holdings, since) {
-                Meanwhile::Nothing => Next::Answer(reply, false),
-                Meanwhile::Unknown => Next::Answer(reply, true),
-                Meanwhile::Named => {
+                RevocationsSince::Nothing => Next::Answer(reply, false),
+                RevocationsSince::Unknown => Next::Answer(reply, true),
+                RevocationsSince::Named => {
                     let _ = send(transport, revoked(), shared).await;
                     Next::End("revoked", Close::Normal)
                 }
@@ -312,15 +313,15 @@ async fn on_timer<T: Transport>(transport: &mut T, shared: &Shared, timers: &mut
 async fn checked<T: Transport>(
     transport: &mut T,
     shared: &Shared,
-    standing: Standing,
+    status: SessionStatus,
 ) -> Option<(&'static str, Close)> {
-    match standing {
-        Standing::Stands => None,
-        Standing::Falls => {
+    match status {
+        SessionStatus::Stands => None,
+        SessionStatus::Falls => {
             let _ = send(transport, revoked(), shared).await;
             Some(("revoked", Close::Normal))
         }
-        Standing::Unknown(code) => {
+        SessionStatus::Unknown(code) => {
             let msg =
                 "the login server could not confirm your access for too long; reconnect later";
             let _ = send(transport, refusal(code.as_str(), msg, true), shared).await;

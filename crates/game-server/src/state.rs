@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::config::GameServerConfig;
-use super::live::{Pacer, Registry};
 use super::protocol::{SERVER_BUSY, TOO_MANY_CONNECTIONS};
 use token_resolver::{Endpoint, Identity, Resolver};
 use token_resolver_listener::{AddressSlot, Budget, PerAddress};
 use token_resolver_player::RoomInfo;
+use token_resolver_sessions::{AdminNode, Pacer, Registry};
 
 /// A room as the server keeps it.
 #[derive(Debug)]
@@ -180,6 +180,29 @@ pub(super) fn normalised(auth_url: &str) -> Option<String> {
     Endpoint::parse(auth_url, true)
         .ok()
         .map(|endpoint| endpoint.as_str().to_owned())
+}
+
+/// The admin listener serves a game server through what its sessions share.
+impl AdminNode for Shared {
+    fn resolver(&self) -> &Resolver {
+        &self.resolver
+    }
+
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// `draining`, `game_listener` (not accepting).
+    fn not_ready(&self) -> Vec<&'static str> {
+        let mut reasons = Vec::new();
+        if self.draining.is_cancelled() {
+            reasons.push("draining");
+        }
+        if !self.is_accepting() {
+            reasons.push("game_listener");
+        }
+        reasons
+    }
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@ use hyper::body::Bytes;
 use serde_json::{json, Value};
 use support::{Upstream, UpstreamConfig};
 use token_resolver::Resolver;
-use token_resolver_game_server::{spawn_admin, AdminConfig, AdminSecret};
+use token_resolver_sessions::{spawn_admin, AdminConfig, AdminSecret};
 use token_resolver_sidecar::{NginxCache, Sidecar, SidecarConfig};
 use token_resolver_support::closed_loop::{
     closed_loop, median, Caller, HttpCaller, MakeRequest, Run,

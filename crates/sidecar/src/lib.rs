@@ -4,8 +4,9 @@
 //! - `resolve`: `POST /v1/resolve`, a token (and an optional authUrl) to `{user, expires_at}`;
 //!   with a `session`, the game server's connection id, the sidecar keeps the session live.
 //! - `sessions`: the named sessions, each watched by a task of its own (revocations, token
-//!   expiry, re-checks), through the game server's live-session registry; `DELETE
+//!   expiry, re-checks), through the live-session registry of `token_resolver_sessions`; `DELETE
 //!   /v1/sessions/{id}`.
+//! - `answer`: the JSON errors and session-id check `resolve` and `sessions` share;
 //! - `events`: what happens to named sessions (`revoked`, `reauth_required`, `resync`), kept
 //!   in a bounded journal and pushed on `GET /v1/events` as Server-Sent Events; ids carry the
 //!   process's epoch, and a stream that comes back with `Last-Event-ID` is sent what it
@@ -18,10 +19,10 @@
 //! - `grpc`: Envoy's ext_authz over gRPC (`Authorization/Check`), on a listener of its own
 //!   ([`Sidecar::spawn_grpc`]), whose connections `admission` bounds.
 //!
-//! The admin listener (`/metrics`, `/healthz`, `/readyz`, `POST /admin/revoke`) is the game
-//! server's ([`token_resolver_game_server::spawn_admin`]), serving the sidecar through
-//! [`AdminNode`]. The listener is HTTP/1.1 with the bounds of every listener of the project
-//! (`token_resolver_listener::http`). No token is in any answer, event or log line.
+//! The admin listener (`/metrics`, `/healthz`, `/readyz`, `POST /admin/revoke`) is the one the
+//! game server serves too ([`token_resolver_sessions::spawn_admin`]), serving the sidecar
+//! through [`AdminNode`]. The listener is HTTP/1.1 with the bounds of every listener of the
+//! project (`token_resolver_listener::http`). No token is in any answer, event or log line.
 //!
 //! ```no_run
 //! use token_resolver::Resolver;
@@ -38,6 +39,7 @@
 #![forbid(unsafe_code)]
 
 mod admission;
+mod answer;
 mod authorize;
 mod events;
 mod grpc;
@@ -65,10 +67,9 @@ use self::events::Events;
 use self::nginx_cache::Grants;
 use self::sessions::Sessions;
 use token_resolver::Resolver;
-use token_resolver_game_server::live::{self, Pacer, Registry};
-use token_resolver_game_server::AdminNode;
 use token_resolver_listener::http::{self, HttpLimits};
 use token_resolver_listener::ServerTask;
+use token_resolver_sessions::{AdminNode, Pacer, Registry};
 
 /// Longest request body read (a resolve is a token, an authUrl and a session id).
 const MAX_BODY_BYTES: usize = 8 * 1024;
@@ -215,7 +216,7 @@ impl Sidecar {
             config,
         });
         let revocations = node.resolver.dated_revocations();
-        tokio::spawn(live::listen(
+        tokio::spawn(token_resolver_sessions::listen(
             revocations,
             node.cut.clone(),
             Arc::downgrade(&node.registry),
@@ -246,7 +247,7 @@ impl Sidecar {
     }
 
     /// The node the admin listener serves: give it to
-    /// [`spawn_admin`](token_resolver_game_server::spawn_admin).
+    /// [`spawn_admin`](token_resolver_sessions::spawn_admin).
     pub fn admin_node(&self) -> Arc<dyn AdminNode> {
         self.node.clone()
     }
@@ -350,7 +351,7 @@ impl RunningSidecar {
 
 /// Anything else: 404 naming the routes.
 async fn not_found() -> axum::response::Response {
-    resolve::error(
+    answer::error(
         axum::http::StatusCode::NOT_FOUND,
         "not_found",
         "the sidecar serves POST /v1/resolve, GET /v1/events, DELETE /v1/sessions/{id}, GET|POST /v1/authorize and /v1/authorize/{path}",

@@ -18,14 +18,12 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::answer::{check_session, error, no_store};
 use super::sessions::{self, Kept, Refused};
 use super::Node;
 use token_resolver::axum::AuthRejection;
 use token_resolver::{AccessToken, ConnectRequest, Endpoint, ResolveError, User};
-use token_resolver_game_server::live::{Credential, Purpose};
-
-/// Longest session id.
-pub(crate) const MAX_SESSION_BYTES: usize = 128;
+use token_resolver_sessions::{Credential, Purpose};
 
 /// The body of `POST /v1/resolve`.
 #[derive(Deserialize)]
@@ -60,7 +58,7 @@ pub(crate) async fn resolve(
     // A named session keeps the token, and where revocations stood before it was resolved;
     // a plain resolve (the hot path) needs neither.
     let pending =
-        (body.session.as_ref()).map(|_| (node.registry.mark(), body.access_token.clone()));
+        (body.session.as_ref()).map(|_| (node.registry.cursor(), body.access_token.clone()));
     let user = match node
         .resolve_at(auth_url, &endpoint, body.access_token)
         .await
@@ -76,7 +74,7 @@ pub(crate) async fn resolve(
         expires_at: user.expires_at.map(|exp| exp.unix_seconds()),
         refreshed: None,
     };
-    let (Some(session), Some((mark, token))) = (body.session, pending) else {
+    let (Some(session), Some((cursor, token))) = (body.session, pending) else {
         return no_store(Json(answer));
     };
     let fingerprint = node.resolver.fingerprint(&endpoint, &token);
@@ -89,7 +87,7 @@ pub(crate) async fn resolve(
         );
     };
     let credential = Credential::new(Purpose::Connect, &endpoint, held, fingerprint, &user);
-    match sessions::keep(&node, &session, credential, mark) {
+    match sessions::keep(&node, &session, credential, cursor) {
         Ok(kept) => {
             answer.refreshed = Some(kept == Kept::Refreshed);
             no_store(Json(answer))
@@ -175,17 +173,6 @@ impl Node {
     }
 }
 
-/// A session id is 1 to [`MAX_SESSION_BYTES`] visible ASCII characters.
-pub(crate) fn check_session(session: &str) -> Result<(), &'static str> {
-    if session.is_empty() || session.len() > MAX_SESSION_BYTES {
-        return Err("must be 1 to 128 bytes");
-    }
-    if !session.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err("must be visible ASCII (no spaces or control characters)");
-    }
-    Ok(())
-}
-
 /// The answer to a body axum could not take: 413, 415 or 400, naming what is wrong.
 fn bad_body(rejection: &JsonRejection) -> Response {
     match rejection.status() {
@@ -211,18 +198,4 @@ fn bad_body(rejection: &JsonRejection) -> Response {
 fn invalid_field(field: &str, message: &str) -> Response {
     let body = json!({"error": "invalid_request", "field": field, "message": message});
     (StatusCode::BAD_REQUEST, Json(body)).into_response()
-}
-
-/// `status` with `{"error": code, "message": message}`.
-pub(crate) fn error(status: StatusCode, code: &str, message: &str) -> Response {
-    no_store((status, Json(json!({"error": code, "message": message}))))
-}
-
-/// `body` with `Cache-Control: no-store`.
-fn no_store(body: impl IntoResponse) -> Response {
-    let mut response = body.into_response();
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
 }

@@ -1,5 +1,5 @@
-//! The sessions a game server named when it resolved: each is enrolled in the game server's
-//! live-session [`Registry`](token_resolver_game_server::live::Registry), so that a revocation
+//! The sessions a game server named when it resolved: each is enrolled in the live-session
+//! [`Registry`](token_resolver_sessions::Registry), so that a revocation
 //! finds it through the registry's indexes, and watched by a task of its own that turns what
 //! happens to it into events: a revocation, its token's expiry (then the grace to resolve it
 //! again), a re-check that finds it fallen or cannot get an answer for too long.
@@ -33,12 +33,11 @@ use serde_json::json;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::resolve::{check_session, error};
+use super::answer::{check_session, error};
 use super::Node;
-use token_resolver_game_server::live::recheck::settle;
-use token_resolver_game_server::live::timers::sleep_until;
-use token_resolver_game_server::live::{
-    Credential, Due, Holdings, Levers, Mark, Meanwhile, Standing, Timers,
+use token_resolver_sessions::{
+    recheck_until_known, sleep_until, Credential, Due, RevocationCursor, RevocationsSince,
+    SessionCredentials, SessionSignals, SessionStatus, Timers,
 };
 
 /// Sessions kept at once, at most.
@@ -67,13 +66,13 @@ struct Entry {
     /// Whose it is.
     user_id: i64,
     /// What it holds now.
-    holdings: Holdings,
+    holdings: SessionCredentials,
     /// Fired by the registry when a revocation names it.
     kick: CancellationToken,
     /// Notified when revocations may have been missed.
     recheck: Arc<Notify>,
     /// Tells its task what it holds after a refresh.
-    update: watch::Sender<Holdings>,
+    update: watch::Sender<SessionCredentials>,
     /// Fired when the game server forgets it.
     forget: CancellationToken,
     /// When it was first kept.
@@ -119,13 +118,13 @@ impl Sessions {
     }
 }
 
-/// Keeps `credential`, resolved since `mark`, for the session `id`: a new session, or the
+/// Keeps `credential`, resolved since `cursor`, for the session `id`: a new session, or the
 /// refresh of one kept.
 pub(crate) fn keep(
     node: &Arc<Node>,
     id: &str,
     credential: Credential,
-    mark: Mark,
+    cursor: RevocationCursor,
 ) -> Result<Kept, Refused> {
     let mut by_id = node.sessions.lock();
     if let Some(entry) = by_id.get_mut(id) {
@@ -135,13 +134,13 @@ pub(crate) fn keep(
             }
             let mut holdings = entry.holdings.clone();
             holdings.hold(credential);
-            match node.registry.update(entry.connection, &holdings, mark) {
-                Meanwhile::Named => {
+            match node.registry.update(entry.connection, &holdings, cursor) {
+                RevocationsSince::Named => {
                     entry.kick.cancel();
                     return Err(Refused::RevokedMeanwhile);
                 }
-                Meanwhile::Unknown => entry.recheck.notify_one(),
-                Meanwhile::Nothing => {}
+                RevocationsSince::Unknown => entry.recheck.notify_one(),
+                RevocationsSince::Nothing => {}
             }
             entry.holdings = holdings.clone();
             entry.update.send_replace(holdings);
@@ -155,17 +154,17 @@ pub(crate) fn keep(
         return Err(Refused::Full);
     }
     let connection = node.sessions.next.fetch_add(1, Ordering::Relaxed);
-    let levers = node.registry.enrol(connection);
+    let signals = node.registry.enrol(connection);
     let user_id = credential.user_id;
-    let mut holdings = Holdings::default();
+    let mut holdings = SessionCredentials::default();
     holdings.hold(credential);
-    match node.registry.update(connection, &holdings, mark) {
-        Meanwhile::Named => {
+    match node.registry.update(connection, &holdings, cursor) {
+        RevocationsSince::Named => {
             node.registry.remove(connection);
             return Err(Refused::RevokedMeanwhile);
         }
-        Meanwhile::Unknown => levers.recheck.notify_one(),
-        Meanwhile::Nothing => {}
+        RevocationsSince::Unknown => signals.recheck.notify_one(),
+        RevocationsSince::Nothing => {}
     }
     let (update, watched) = watch::channel(holdings.clone());
     let forget = CancellationToken::new();
@@ -176,8 +175,8 @@ pub(crate) fn keep(
             connection,
             user_id,
             holdings,
-            kick: levers.kick.clone(),
-            recheck: levers.recheck.clone(),
+            kick: signals.kick.clone(),
+            recheck: signals.recheck.clone(),
             update,
             forget: forget.clone(),
             kept_at: tokio::time::Instant::now(),
@@ -187,7 +186,7 @@ pub(crate) fn keep(
         node.clone(),
         id,
         connection,
-        levers,
+        signals,
         watched,
         forget,
     ));
@@ -265,21 +264,21 @@ pub(crate) async fn forget(State(node): State<Arc<Node>>, Path(id): Path<String>
 }
 
 /// A check of what a session holds, under way beside its other business.
-type Check<'a> = Pin<Box<dyn Future<Output = Standing> + Send + 'a>>;
+type Check<'a> = Pin<Box<dyn Future<Output = SessionStatus> + Send + 'a>>;
 
 /// Starts a check of `holdings`, paced with every other session's.
-fn check<'a>(node: &'a Node, holdings: &Holdings) -> Check<'a> {
+fn check<'a>(node: &'a Node, holdings: &SessionCredentials) -> Check<'a> {
     let holdings = holdings.clone();
     Box::pin(async move {
         let grace = node.config.unverified_grace;
-        settle(&node.resolver, &holdings, &node.rechecks, grace).await
+        recheck_until_known(&node.resolver, &holdings, &node.rechecks, grace).await
     })
 }
 
 /// When `holdings`, resolved or checked just now, must be checked again: in
 /// [`max_unchecked`](crate::SidecarConfig::max_unchecked), unless they expire before (then
 /// their expiry asks for a refresh, which is a resolve).
-fn next_check(node: &Node, holdings: &Holdings) -> Option<tokio::time::Instant> {
+fn next_check(node: &Node, holdings: &SessionCredentials) -> Option<tokio::time::Instant> {
     // A bound of zero would check without pause.
     let bound = node.config.max_unchecked.max(MIN_UNCHECKED);
     let expires_in =
@@ -297,8 +296,8 @@ async fn watch_session(
     node: Arc<Node>,
     id: Arc<str>,
     connection: u64,
-    levers: Levers,
-    mut holdings: watch::Receiver<Holdings>,
+    signals: SessionSignals,
+    mut holdings: watch::Receiver<SessionCredentials>,
     forget: CancellationToken,
 ) {
     let config = &node.config;
@@ -316,7 +315,7 @@ async fn watch_session(
             biased;
             () = node.cut.cancelled() => break None,
             () = forget.cancelled() => break None,
-            () = levers.kick.cancelled() => break Some("revoked"),
+            () = signals.kick.cancelled() => break Some("revoked"),
             changed = holdings.changed() => {
                 if changed.is_err() {
                     break None;
@@ -330,15 +329,15 @@ async fn watch_session(
                     unchecked_until = next_check(&node, &now);
                 }
             }
-            () = levers.recheck.notified() => {
+            () = signals.recheck.notified() => {
                 checking.get_or_insert_with(|| check(&node, &holdings.borrow()));
             }
-            standing = async { checking.as_mut().expect("checking").await }, if checking.is_some() => {
+            status = async { checking.as_mut().expect("checking").await }, if checking.is_some() => {
                 checking = None;
-                match standing {
-                    Standing::Stands => unchecked_until = next_check(&node, &holdings.borrow()),
-                    Standing::Falls => break Some("revoked"),
-                    Standing::Unknown(code) => break Some(code.as_str()),
+                match status {
+                    SessionStatus::Stands => unchecked_until = next_check(&node, &holdings.borrow()),
+                    SessionStatus::Falls => break Some("revoked"),
+                    SessionStatus::Unknown(code) => break Some(code.as_str()),
                 }
             }
             () = sleep_until(unchecked_until), if unchecked_until.is_some() && checking.is_none() => {

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use clap::Args;
 use token_resolver::Resolver;
-use token_resolver_game_server::telemetry::Metrics;
-use token_resolver_game_server::{spawn_admin, AdminConfig, RunningAdmin};
+use token_resolver_sessions::telemetry::Metrics;
+use token_resolver_sessions::{spawn_admin, AdminConfig, RunningAdmin};
 use token_resolver_sidecar::{NginxCache, RunningGrpc, RunningSidecar, Sidecar, SidecarConfig};
 
 use super::redis::{check_at_start, RedisArgs};

@@ -10,7 +10,7 @@
 //! session, everything, or a lost channel) takes the grants it names out of the table and
 //! queues a purge of each; the purger (`purger`) asks nginx's purge location to drop the key,
 //! retrying until nginx answers or the grant would have expired anyway. The revocations come
-//! through the game server's `live::follow`, which turns a lagging feed into a re-check of all:
+//! through `token_resolver_sessions::follow`, which turns a lagging feed into a re-check of all:
 //! every grant is purged then. While the node cannot hear the shared tier's revocations (its
 //! stream lost, [`Resolver::shared_cache_subscribed`] false), every grant is purged too, and
 //! nothing is granted until it hears again: nginx admits without asking. Nothing is granted
@@ -41,7 +41,6 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use token_resolver::{Resolver, Revocation, TokenFingerprint, User};
-use token_resolver_game_server::live;
 use tokio_util::sync::CancellationToken;
 
 pub use self::config::{NginxCache, PurgeUrlError};
@@ -114,7 +113,7 @@ pub(crate) fn start(
             }
         }
     }
-    tokio::spawn(live::follow(
+    tokio::spawn(token_resolver_sessions::follow(
         resolver.revocations(),
         cut.clone(),
         Arc::downgrade(&grants),

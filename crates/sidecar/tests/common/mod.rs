@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use support::redis::free_port;
 use support::{ApiCalls, SseEvent, SseReader};
 use token_resolver::Resolver;
-use token_resolver_game_server::{spawn_admin, AdminConfig, AdminSecret, RunningAdmin};
 use token_resolver_reference_api::{ApiConfig, ApiUser, RunningApi};
+use token_resolver_sessions::{spawn_admin, AdminConfig, AdminSecret, RunningAdmin};
 use token_resolver_sidecar::{RunningSidecar, Sidecar, SidecarConfig};
 
 const SECRET: &str = "sidecar-test-admin-secret-32-bytes";

@@ -13,10 +13,10 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 use token_resolver::Resolver;
-use token_resolver_game_server::{spawn_admin, AdminConfig, AdminSecret};
 use token_resolver_loadgen::SseReader;
 use token_resolver_player::IntegratorClient;
 use token_resolver_reference_api::{ApiConfig, ReferenceApi};
+use token_resolver_sessions::{spawn_admin, AdminConfig, AdminSecret};
 use token_resolver_sidecar::{Sidecar, SidecarConfig};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};

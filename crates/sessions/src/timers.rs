@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::Holdings;
+use crate::credential::SessionCredentials;
 
 /// A session's own clock: when its token expires (then `reauth_required`), when the grace to
 /// refresh ends (then `session_expired`), and when it revalidates its tokens.
@@ -62,7 +62,7 @@ impl Timers {
 
     /// Sets the clock for what the session holds now (after a connect, a join or a refresh):
     /// a pending grace ends when the new credentials expire later.
-    pub fn rearm(&mut self, holdings: &Holdings) {
+    pub fn rearm(&mut self, holdings: &SessionCredentials) {
         let now = tokio::time::Instant::now();
         let reauth_at = holdings
             .earliest_expiry()

@@ -1,12 +1,14 @@
 //! `POST /admin/revoke` on the admin listener: how an integrator revokes a token, a user or
-//! everything on a running game server, and closes the sessions that hold them.
+//! everything on a running node (a game server, a sidecar), and closes the sessions that hold
+//! them. The revoking itself is [`close_then_invalidate`]; this module reads and authorises the
+//! request and words the answer.
 //!
 //! It is authorised by `Authorization: Bearer <secret>`, compared in constant time with the
 //! [`AdminSecret`] the server was given (the same type, and the same secret, as the reference
 //! API's) (none given: the endpoint answers 404). The body is one of `{"user_id": 42}`,
 //! `{"user_id": 42, "session": "…"}` (one of the integrator's sessions of that user: a logout,
 //! the tokens whose answer's `sid` is that session), `{"access_token": "…"}`, `{"all": true}`,
-//! with an optional `"auth_url"` (default: the server's default authUrl) and an optional `"at"`
+//! with an optional `"auth_url"` (default: the node's default authUrl) and an optional `"at"`
 //! (when the revocation was made, unix milliseconds; default now). The matching sessions on this
 //! node are told `revoked` and closed at once, and the invalidation goes through the resolver
 //! ([`Resolver::revoke`](token_resolver::Resolver::revoke)), so caches here, in Redis and on
@@ -32,8 +34,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 
-use super::admin::AdminNode;
-use token_resolver::{check_syntax, AccessToken, DatedRevocation, Endpoint, Revocation, Revoke};
+use crate::node::AdminNode;
+use crate::revocation::{close_then_invalidate, Revoked};
+use token_resolver::{check_syntax, AccessToken, Endpoint, Revoke};
 use token_resolver_listener::AdminSecret;
 
 /// Whether a request's one `Authorization: Bearer …` header (scheme case-insensitive) carries
@@ -60,7 +63,7 @@ struct Request {
     made_at: SystemTime,
 }
 
-/// What a revoke request asks: the revocation to apply here, and how to invalidate it.
+/// What a revoke request asks, its authUrl normalised.
 enum Asked {
     Token {
         endpoint: Endpoint,
@@ -79,7 +82,7 @@ enum Asked {
 }
 
 /// `POST /admin/revoke`; `within` bounds the wait for the shared tier.
-pub(super) async fn revoke(
+pub(crate) async fn revoke(
     node: &dyn AdminNode,
     secret: Option<&AdminSecret>,
     headers: &HeaderMap,
@@ -112,7 +115,6 @@ pub(super) async fn revoke(
             )
         }
     };
-    let resolver = node.resolver();
     let Request { what, made_at } = request;
     // Served here? A revocation for an authUrl this server never resolved at would close
     // nothing, and an answer of `sessions_closed: 0` would hide that it went to the wrong place.
@@ -138,58 +140,41 @@ pub(super) async fn revoke(
             }),
         );
     }
-    // The sessions here first, so that the answer counts them; then everywhere else.
-    let dated = |revocation: Revocation| {
-        let dated: DatedRevocation = resolver.dated(revocation, made_at);
-        node.registry().revoke_dated(&dated)
-    };
-    let (scope, closed, revoke) = match what {
-        Asked::Token { endpoint, token } => {
-            let fingerprint = resolver.fingerprint(endpoint.as_str(), token.secret());
-            let closed = fingerprint.map_or(0, |token| {
-                dated(Revocation::Token {
-                    endpoint: endpoint.as_str().to_owned(),
-                    token,
-                })
-            });
-            let revoke = Revoke::Token {
+    let (scope, revoke) = match what {
+        Asked::Token { endpoint, token } => (
+            "token",
+            Revoke::Token {
                 auth_url: endpoint.as_str().to_owned(),
                 access_token: token,
-            };
-            ("token", closed, revoke)
-        }
-        Asked::User { endpoint, user_id } => {
-            let closed = dated(Revocation::User {
-                endpoint: endpoint.as_str().to_owned(),
-                user_id,
-            });
-            let revoke = Revoke::User {
+            },
+        ),
+        Asked::User { endpoint, user_id } => (
+            "user",
+            Revoke::User {
                 auth_url: endpoint.as_str().to_owned(),
                 user_id,
-            };
-            ("user", closed, revoke)
-        }
+            },
+        ),
         Asked::Session {
             endpoint,
             user_id,
             session,
-        } => {
-            let closed = dated(Revocation::Session {
-                endpoint: endpoint.as_str().to_owned(),
-                user_id,
-                session: session.clone(),
-            });
-            let revoke = Revoke::Session {
+        } => (
+            "session",
+            Revoke::Session {
                 auth_url: endpoint.as_str().to_owned(),
                 user_id,
                 session,
-            };
-            ("session", closed, revoke)
-        }
-        Asked::All => ("all", dated(Revocation::All), Revoke::All),
+            },
+        ),
+        Asked::All => ("all", Revoke::All),
     };
-    let delivery = match resolver.revoke(revoke, made_at, within).await {
-        Ok(delivery) => delivery,
+    // The sessions here first, so that the answer counts them; then everywhere else.
+    let Revoked {
+        sessions_closed: closed,
+        delivery,
+    } = match close_then_invalidate(node, revoke, made_at, within).await {
+        Ok(revoked) => revoked,
         Err(e) => {
             // Checked above; an allowlist that refuses it now is the same answer.
             return answer(

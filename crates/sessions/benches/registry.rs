@@ -5,13 +5,13 @@
 //! 15 samples of 20,000 look-ups, per look-up, and the ratio of the two sizes in the same run.
 //! Target: under 10 µs at 1,000,000.
 //!
-//! `cargo bench -p token-resolver-game-server --bench registry`.
+//! `cargo bench -p token-resolver-sessions --bench registry`.
 
 use std::hint::black_box;
 use std::time::Instant;
 
 use token_resolver::{AccessToken, Resolver, Revocation, User};
-use token_resolver_game_server::live::{Credential, Holdings, Purpose, Registry};
+use token_resolver_sessions::{Credential, Purpose, Registry, SessionCredentials};
 
 const AT: &str = "https://integrator.example/api/user";
 const SAMPLES: usize = 15;
@@ -38,10 +38,10 @@ fn registry(resolver: &Resolver, sessions: u64) -> Registry {
         let access_token = AccessToken::new(token(i)).expect("a usable token");
         let credential = Credential::new(Purpose::Connect, AT, access_token, fingerprint, &user);
         registry.enrol(i);
-        let holdings = Holdings {
+        let holdings = SessionCredentials {
             credentials: vec![credential],
         };
-        registry.update(i, &holdings, registry.mark());
+        registry.update(i, &holdings, registry.cursor());
     }
     registry
 }

@@ -11,7 +11,7 @@ use std::time::SystemTime;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::Holdings;
+use crate::credential::SessionCredentials;
 use crate::telemetry::REVOKED_TOTAL;
 use token_resolver::{DatedRevocation, Revocation, TokenFingerprint};
 
@@ -31,7 +31,7 @@ struct Held {
     resolved_at: Option<SystemTime>,
 }
 
-/// What the registry keeps of a session: what it holds, and the levers that reach its task.
+/// What the registry keeps of a session: what it holds, and the signals that reach its task.
 #[derive(Debug)]
 struct Registered {
     held: Vec<Held>,
@@ -63,23 +63,26 @@ struct Sessions {
     next: u64,
 }
 
-/// A session's levers, from [`Registry::enrol`]: what the registry pulls to reach its task.
+/// The two signals by which the registry reaches one session's task, from
+/// [`Registry::enrol`]: the session waits on both.
 #[derive(Debug)]
-pub struct Levers {
+pub struct SessionSignals {
     /// Fired when a revocation names the session: it says `revoked` and closes.
     pub kick: CancellationToken,
     /// Notified when revocations may have been missed: it checks its tokens again.
     pub recheck: Arc<Notify>,
 }
 
-/// Where the registry's revocations stood: taken before a message is handled, given back to
-/// [`Registry::update`] after.
+/// A position in the registry's sequence of revocations (the number the next one gets): taken
+/// by [`Registry::cursor`] before a message is handled, given back to [`Registry::update`]
+/// after, so that the revocations that came in between are found.
 #[derive(Debug, Clone, Copy)]
-pub struct Mark(u64);
+pub struct RevocationCursor(u64);
 
-/// What came while a session was handling a message, by [`Registry::update`].
+/// What the revocations since a [`RevocationCursor`] mean for one session, by
+/// [`Registry::update`]: those that came while it was handling a message.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Meanwhile {
+pub enum RevocationsSince {
     /// No revocation that names what the session holds.
     Nothing,
     /// A revocation named it: the session is revoked.
@@ -94,8 +97,9 @@ impl Registry {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Enrols a new session, numbered `connection` (unique on this server); its levers.
-    pub fn enrol(&self, connection: u64) -> Levers {
+    /// Enrols a new session, numbered `connection` (unique on this server); the signals that
+    /// reach its task.
+    pub fn enrol(&self, connection: u64) -> SessionSignals {
         let kick = CancellationToken::new();
         let recheck = Arc::new(Notify::new());
         self.lock().by_connection.insert(
@@ -106,17 +110,22 @@ impl Registry {
                 recheck: recheck.clone(),
             },
         );
-        Levers { kick, recheck }
+        SessionSignals { kick, recheck }
     }
 
     /// Where revocations stand now.
-    pub fn mark(&self) -> Mark {
-        Mark(self.lock().next)
+    pub fn cursor(&self) -> RevocationCursor {
+        RevocationCursor(self.lock().next)
     }
 
     /// Records what the session holds now, and says whether a revocation since `since` names
     /// it: one that came while the message was handled found the session's old holdings.
-    pub fn update(&self, connection: u64, holdings: &Holdings, since: Mark) -> Meanwhile {
+    pub fn update(
+        &self,
+        connection: u64,
+        holdings: &SessionCredentials,
+        since: RevocationCursor,
+    ) -> RevocationsSince {
         let mut sessions = self.lock();
         let held: Vec<Held> = holdings
             .credentials
@@ -257,26 +266,26 @@ impl Sessions {
     }
 
     /// What the revocations since `since` mean for a session that now holds `held`.
-    fn meanwhile(&self, held: &[Held], since: Mark) -> Meanwhile {
+    fn meanwhile(&self, held: &[Held], since: RevocationCursor) -> RevocationsSince {
         if held.is_empty() || self.next == since.0 {
-            return Meanwhile::Nothing;
+            return RevocationsSince::Nothing;
         }
         if self.recent.front().is_none_or(|(seq, _)| *seq > since.0) {
-            return Meanwhile::Unknown;
+            return RevocationsSince::Unknown;
         }
         let came = self.recent.iter().filter(|(seq, _)| *seq >= since.0);
         let mut unknown = false;
         for (_, revocation) in came {
             match names(revocation, held) {
-                Some(true) => return Meanwhile::Named,
+                Some(true) => return RevocationsSince::Named,
                 Some(false) => {}
                 None => unknown = true,
             }
         }
         if unknown {
-            Meanwhile::Unknown
+            RevocationsSince::Unknown
         } else {
-            Meanwhile::Nothing
+            RevocationsSince::Nothing
         }
     }
 
@@ -360,8 +369,8 @@ fn names_one(revocation: &Revocation, h: &Held) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Credential, Purpose};
     use super::*;
+    use crate::credential::{Credential, Purpose};
     use token_resolver::{AccessToken, Resolver, User};
 
     const AT: &str = "https://a.example/api/user";
@@ -390,10 +399,10 @@ mod tests {
             [(1, "t1", 7, "s1"), (2, "t2", 7, "s2"), (3, "t3", 8, "s3")]
         {
             registry.enrol(connection);
-            let holdings = Holdings {
+            let holdings = SessionCredentials {
                 credentials: vec![credential(&resolver, token, user, Some(sid))],
             };
-            registry.update(connection, &holdings, registry.mark());
+            registry.update(connection, &holdings, registry.cursor());
         }
         (registry, resolver)
     }
@@ -443,10 +452,10 @@ mod tests {
             user_id: 7,
         };
         assert_eq!(found(&registry, user.clone()), [2]);
-        let holdings = Holdings {
+        let holdings = SessionCredentials {
             credentials: vec![credential(&resolver, "t4", 8, None)],
         };
-        registry.update(2, &holdings, registry.mark());
+        registry.update(2, &holdings, registry.cursor());
         assert_eq!(found(&registry, user), Vec::<u64>::new());
         let old = Revocation::Token {
             endpoint: AT.into(),
@@ -459,18 +468,21 @@ mod tests {
     fn a_revocation_while_a_session_was_resolving_is_found_when_it_records_what_it_holds() {
         let (registry, resolver) = registry();
         registry.enrol(4);
-        let since = registry.mark();
+        let since = registry.cursor();
         registry.revoke(&Revocation::User {
             endpoint: AT.into(),
             user_id: 9,
         });
-        let holdings = Holdings {
+        let holdings = SessionCredentials {
             credentials: vec![credential(&resolver, "t5", 9, None)],
         };
-        assert_eq!(registry.update(4, &holdings, since), Meanwhile::Named);
         assert_eq!(
-            registry.update(4, &holdings, registry.mark()),
-            Meanwhile::Nothing
+            registry.update(4, &holdings, since),
+            RevocationsSince::Named
+        );
+        assert_eq!(
+            registry.update(4, &holdings, registry.cursor()),
+            RevocationsSince::Nothing
         );
     }
 

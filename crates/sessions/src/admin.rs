@@ -1,8 +1,8 @@
-//! The admin listener, apart from the game port, for operators and their tools: `GET /metrics`
-//! (Prometheus text), `GET /healthz` (the process serves), `GET /readyz` (the server takes
-//! players: its game listener accepts, it is not draining, and a configured Redis tier's
-//! invalidation channel is subscribed), and, for the integrator, `POST /admin/revoke`
-//! (`revoke`). Anything else is 404, a wrong method 405.
+//! The admin listener, apart from the port players use, for operators and their tools, served
+//! for any [`AdminNode`] (the game server, the sidecar): `GET /metrics` (Prometheus text),
+//! `GET /healthz` (the process serves), `GET /readyz` (the server takes players: what the node
+//! names, and a configured Redis tier's invalidation channel subscribed), and, for the
+//! integrator, `POST /admin/revoke` (`revoke`). Anything else is 404, a wrong method 405.
 //!
 //! It has its own small connection cap and deadlines, so a flood or a slow client on it does
 //! not reach the game port. Keep it on loopback or a private network: it is not meant for
@@ -22,11 +22,9 @@ use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use super::live::Registry;
-use super::revoke;
-use super::state::Shared;
-use super::telemetry::Metrics;
-use token_resolver::Resolver;
+use crate::node::AdminNode;
+use crate::revoke;
+use crate::telemetry::Metrics;
 use token_resolver_listener::http::{self, HttpLimits};
 use token_resolver_listener::AdminSecret;
 use token_resolver_listener::ServerTask;
@@ -70,8 +68,8 @@ impl Default for AdminConfig {
     }
 }
 
-/// An admin listener serving in a tokio task, from
-/// [`RunningGameServer::spawn_admin`](super::RunningGameServer::spawn_admin). Dropping it
+/// An admin listener serving in a tokio task, from [`spawn`] (the game server's
+/// `RunningGameServer::spawn_admin` calls it for its own node). Dropping it
 /// stops it at once; [`shutdown`](Self::shutdown) lets requests in progress finish.
 #[derive(Debug)]
 pub struct RunningAdmin {
@@ -88,40 +86,6 @@ impl RunningAdmin {
     /// Stops accepting and waits a few seconds for requests in progress.
     pub async fn shutdown(self) {
         self.task.shutdown(SHUTDOWN_GRACE).await;
-    }
-}
-
-/// What an admin listener serves for: a server with a resolver and live sessions (this game
-/// server, or the sidecar that keeps sessions for game servers in other languages).
-pub trait AdminNode: Send + Sync + 'static {
-    /// The resolver whose caches `POST /admin/revoke` invalidates.
-    fn resolver(&self) -> &Resolver;
-    /// The live sessions `POST /admin/revoke` ends.
-    fn registry(&self) -> &Registry;
-    /// What keeps the server from taking players now (`/readyz` names each); empty when
-    /// ready. A Redis tier whose channel is not subscribed is added by the listener.
-    fn not_ready(&self) -> Vec<&'static str>;
-}
-
-impl AdminNode for Shared {
-    fn resolver(&self) -> &Resolver {
-        &self.resolver
-    }
-
-    fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
-    /// `draining`, `game_listener` (not accepting).
-    fn not_ready(&self) -> Vec<&'static str> {
-        let mut reasons = Vec::new();
-        if self.draining.is_cancelled() {
-            reasons.push("draining");
-        }
-        if !self.is_accepting() {
-            reasons.push("game_listener");
-        }
-        reasons
     }
 }
 

@@ -22,15 +22,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Holdings;
+use crate::credential::SessionCredentials;
 use token_resolver::{ErrorCode, Resolver};
 
 /// Longest pause between two tries of a check the API could not answer.
 const MAX_RETRY_PAUSE: Duration = Duration::from_secs(30);
 
-/// What a check found.
+/// Whether a session may stay, as a re-check of its credentials found it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Standing {
+pub enum SessionStatus {
     /// Every token still resolves to its user.
     Stands,
     /// A token was rejected, or resolves to another user: the session is revoked.
@@ -40,10 +40,13 @@ pub enum Standing {
     Unknown(ErrorCode),
 }
 
-/// One look at what `holdings` holds, each token resolved again (through the cache,
-/// coalesced). A token past its expiry is not asked about: it is the grace timer's business,
-/// and its session may still send a refresh.
-pub async fn standing(resolver: &Resolver, holdings: &Holdings) -> Standing {
+/// One look at the credentials a session holds (`holdings`), each token resolved again
+/// (through the cache, coalesced). A token past its expiry is not asked about: it is the grace
+/// timer's business, and its session may still send a refresh.
+pub async fn check_credentials(
+    resolver: &Resolver,
+    holdings: &SessionCredentials,
+) -> SessionStatus {
     let clock_skew = resolver.clock_skew();
     let mut unknown = None;
     for credential in &holdings.credentials {
@@ -55,32 +58,32 @@ pub async fn standing(resolver: &Resolver, holdings: &Holdings) -> Standing {
         }
         let token = credential.token.secret();
         match resolver.resolve(&credential.endpoint, token).await {
-            Ok(user) if user.id != credential.user_id => return Standing::Falls,
+            Ok(user) if user.id != credential.user_id => return SessionStatus::Falls,
             // Served from the cache because the API could not be reached: not a confirmation.
             Ok(user) if user.stale => unknown = Some(ErrorCode::AuthUnavailable),
             Ok(_) => {}
             Err(e) if e.is_retryable() => unknown = Some(e.code()),
-            Err(_) => return Standing::Falls,
+            Err(_) => return SessionStatus::Falls,
         }
     }
-    unknown.map_or(Standing::Stands, Standing::Unknown)
+    unknown.map_or(SessionStatus::Stands, SessionStatus::Unknown)
 }
 
 /// Checks `holdings` until an answer comes, each try on a turn of `pacer` and the next after a
-/// growing, jittered pause; [`Standing::Unknown`] only once `grace` has passed without one
+/// growing, jittered pause; [`SessionStatus::Unknown`] only once `grace` has passed without one
 /// (never without a grace).
-pub async fn settle(
+pub async fn recheck_until_known(
     resolver: &Resolver,
-    holdings: &Holdings,
+    holdings: &SessionCredentials,
     pacer: &Pacer,
     grace: Option<Duration>,
-) -> Standing {
+) -> SessionStatus {
     let started = Instant::now();
     let mut pause = Duration::from_millis(500);
     loop {
         pacer.turn().await;
-        let found = standing(resolver, holdings).await;
-        if !matches!(found, Standing::Unknown(_)) {
+        let found = check_credentials(resolver, holdings).await;
+        if !matches!(found, SessionStatus::Unknown(_)) {
             return found;
         }
         if grace.is_some_and(|grace| started.elapsed() >= grace) {
