@@ -469,7 +469,10 @@ impl Activity {
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        *self.0.last_busy() = Instant::now();
+        // Only HTTP/2's idle timeout reads it: HTTP/1.1 requests skip the lock and the clock.
+        if self.0.h2.load(Ordering::Acquire) {
+            *self.0.last_busy() = Instant::now();
+        }
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
