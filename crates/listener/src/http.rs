@@ -20,6 +20,10 @@
 //! with upgrades. [`Protocols::Both`] serves with hyper-util's auto builder, which tells the
 //! protocols apart by the client's preface in the clear (and by the [`Transport`]'s ALPN over
 //! TLS); it reads that preface with no timer of its own, which the head deadline bounds.
+//! [`Protocols::Http2`] serves HTTP/2 only (the sidecar's gRPC): the head deadline bounds the
+//! client's preface, which hyper's HTTP/2 server too waits for with no timer; a connection
+//! with no request in flight is closed at its idle timeout, and one at its maximum age is
+//! sent `GOAWAY`.
 
 use std::future::Future;
 use std::io;
@@ -27,6 +31,7 @@ use std::net::SocketAddr;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request, State};
@@ -39,7 +44,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use serde_json::json;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
@@ -50,6 +55,13 @@ use crate::task::Stopped;
 
 /// Longest wait for requests in progress when a listener served by [`serve`] stops.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// What every HTTP/2 connection opens with (RFC 9113, section 3.4): its length.
+const PREFACE_LEN: usize = 24;
+/// How long after it last read bytes an HTTP/2 connection may be closed as idle (half the idle
+/// timeout if that is shorter): a request read just before the timeout has begun by then. A
+/// client that sends bytes more often than this, and no request, is bounded by a maximum age.
+const SETTLE: Duration = Duration::from_millis(250);
 
 /// Why a connection ended early.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -81,6 +93,22 @@ pub enum Protocols {
         keep_alive: Duration,
         /// Longest an HTTP/2 connection may stay open with no request in flight.
         idle_timeout: Duration,
+    },
+    /// HTTP/2 only (gRPC): the head deadline bounds the client's preface; a connection is
+    /// closed once idle, and sent `GOAWAY` at its maximum age.
+    Http2 {
+        /// How often a connection is pinged.
+        keep_alive_interval: Duration,
+        /// How long a ping's answer may take before the connection is dropped.
+        keep_alive_timeout: Duration,
+        /// Streams one connection may have open at once.
+        max_concurrent_streams: u32,
+        /// Longest a connection may stay open with no request in flight (and nothing read
+        /// lately, so that a request read as it ends has begun).
+        idle_timeout: Duration,
+        /// Age at which a connection is sent `GOAWAY`, idle or not; its requests in flight
+        /// finish.
+        max_age: Duration,
     },
 }
 
@@ -198,13 +226,16 @@ pub async fn serve_with<S, B, T>(
         };
         let head_by = Instant::now() + bounds.head_timeout;
         transport.accepted();
+        // An HTTP/1.1 answer means nothing to a client that speaks HTTP/2 only.
+        let answers = transport.answers_before_handshake()
+            && !matches!(bounds.protocols, Protocols::Http2 { .. });
         let admitted = per_address.admit(peer.ip()).and_then(|address_slot| {
             let slot = slots.clone().try_acquire_owned().ok()?;
             Some((slot, address_slot))
         });
         let Some(admitted) = admitted else {
             tracing::debug!(%peer, "HTTP listener at a cap: connection turned away");
-            if transport.answers_before_handshake() {
+            if answers {
                 turn_away.answer(stream);
             }
             continue;
@@ -246,6 +277,11 @@ enum Builders {
         http2: auto::Builder<TokioExecutor>,
         idle_timeout: Duration,
     },
+    Http2 {
+        builder: auto::Builder<TokioExecutor>,
+        idle_timeout: Duration,
+        max_age: Duration,
+    },
 }
 
 impl Builders {
@@ -277,6 +313,33 @@ impl Builders {
                     http2: builder.clone().http2_only(),
                     auto: builder,
                     idle_timeout,
+                }
+            }
+            Protocols::Http2 {
+                keep_alive_interval,
+                keep_alive_timeout,
+                max_concurrent_streams,
+                idle_timeout,
+                max_age,
+            } => {
+                // As tonic's server configures hyper, with its defaults otherwise.
+                let mut builder = auto::Builder::new(TokioExecutor::new()).http2_only();
+                builder
+                    .http2()
+                    .timer(TokioTimer::new())
+                    .initial_connection_window_size(None)
+                    .initial_stream_window_size(None)
+                    .max_concurrent_streams(max_concurrent_streams)
+                    .keep_alive_interval(keep_alive_interval)
+                    .keep_alive_timeout(keep_alive_timeout)
+                    .adaptive_window(false)
+                    .max_pending_accept_reset_streams(None)
+                    .max_local_error_reset_streams(None)
+                    .max_frame_size(None);
+                Builders::Http2 {
+                    builder,
+                    idle_timeout,
+                    max_age,
                 }
             }
         }
@@ -339,7 +402,10 @@ impl Connection {
                         answer
                     }
                 });
-            let io = TokioIo::new(io);
+            let io = TokioIo::new(Watched {
+                io,
+                activity: activity.clone(),
+            });
             match builders {
                 Builders::Http1(builder) => {
                     let connection = builder.serve_connection(io, service).with_upgrades();
@@ -365,11 +431,28 @@ impl Connection {
                         () = activity.h2_idle_for(*idle_timeout) => Ok(()),
                     }
                 }
+                Builders::Http2 {
+                    builder,
+                    idle_timeout,
+                    max_age,
+                } => {
+                    activity.h2.store(true, Ordering::Release);
+                    let connection = builder.serve_connection(io, service);
+                    let aged = tokio::time::sleep(*max_age);
+                    tokio::select! {
+                        served = until_aged(connection, |c| c.graceful_shutdown(), aged, stop) => served,
+                        () = activity.h2_idle_for(*idle_timeout) => {
+                            tracing::debug!(%peer, "HTTP/2 connection closed: idle for its timeout");
+                            Ok(())
+                        }
+                    }
+                }
             }
         };
+        let preface_only = matches!(builders, Builders::Http2 { .. });
         tokio::select! {
             served = served => served,
-            () = activity.no_head_by(head_by) => Err("no request head before the deadline".into()),
+            () = activity.no_head_by(head_by, preface_only) => Err("no request head before the deadline".into()),
         }
     }
 }
@@ -395,6 +478,32 @@ where
     ended.map_err(Into::into)
 }
 
+/// Drives `connection` to its end; sends it `GOAWAY` once `aged` fires or the listener stops.
+async fn until_aged<C, E>(
+    connection: C,
+    mut finish: impl FnMut(Pin<&mut C>),
+    aged: tokio::time::Sleep,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), BoxError>
+where
+    C: Future<Output = Result<(), E>>,
+    E: Into<BoxError>,
+{
+    let mut connection = pin!(connection);
+    let ended = tokio::select! {
+        ended = connection.as_mut() => ended,
+        () = aged => {
+            finish(connection.as_mut());
+            connection.await
+        }
+        () = stopping(&mut stop) => {
+            finish(connection.as_mut());
+            connection.await
+        }
+    };
+    ended.map_err(Into::into)
+}
+
 /// Returns once the listener stops.
 async fn stopping(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stopping| *stopping).await;
@@ -408,6 +517,10 @@ struct Activity {
     h2: AtomicBool,
     /// When the connection was served or last finished a request.
     last_busy: Mutex<Instant>,
+    /// Bytes read so far, counted up to the HTTP/2 preface's length.
+    read: AtomicUsize,
+    /// When bytes were last read.
+    last_read: Mutex<Instant>,
 }
 
 /// A request in flight, counted until it is dropped.
@@ -421,13 +534,13 @@ impl Activity {
             begun: AtomicBool::new(false),
             h2: AtomicBool::new(false),
             last_busy: Mutex::new(Instant::now()),
+            read: AtomicUsize::new(0),
+            last_read: Mutex::new(Instant::now()),
         })
     }
 
     fn last_busy(&self) -> MutexGuard<'_, Instant> {
-        self.last_busy
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.last_busy)
     }
 
     /// The connection is served from now (its handshake done).
@@ -445,23 +558,50 @@ impl Activity {
         Busy(self.clone())
     }
 
-    /// Returns at `deadline` if no request has begun by then; never otherwise.
-    async fn no_head_by(&self, deadline: Instant) {
+    /// Returns at `deadline` if no request has begun by then (or, `preface_only`, if the
+    /// client has not sent HTTP/2's preface); never otherwise.
+    async fn no_head_by(&self, deadline: Instant, preface_only: bool) {
         tokio::time::sleep_until(deadline).await;
-        if self.begun.load(Ordering::Acquire) {
+        let came = if preface_only {
+            self.read.load(Ordering::Acquire) >= PREFACE_LEN
+        } else {
+            self.begun.load(Ordering::Acquire)
+        };
+        if came {
             std::future::pending::<()>().await;
         }
     }
 
-    /// Returns once the connection speaks HTTP/2 and nothing has been in flight for `idle`.
+    /// `n` bytes were read.
+    fn read(&self, n: usize) {
+        if self.read.load(Ordering::Relaxed) < PREFACE_LEN {
+            self.read.fetch_add(n, Ordering::AcqRel);
+        }
+        if self.h2.load(Ordering::Relaxed) {
+            *lock(&self.last_read) = Instant::now();
+        }
+    }
+
+    /// Returns once the connection speaks HTTP/2, nothing has been in flight for `idle` and
+    /// nothing has been read for [`SETTLE`] (half of `idle` if that is shorter): a request
+    /// read just before has begun by then.
     async fn h2_idle_for(&self, idle: Duration) {
+        let settle = SETTLE.min(idle / 2);
         loop {
             let quiet = self.last_busy().elapsed();
+            let unread = lock(&self.last_read).elapsed();
             let h2 = self.h2.load(Ordering::Acquire);
-            if h2 && self.in_flight.load(Ordering::Acquire) == 0 && quiet >= idle {
+            if h2
+                && self.in_flight.load(Ordering::Acquire) == 0
+                && quiet >= idle
+                && unread >= settle
+            {
                 return;
             }
-            let left = idle.saturating_sub(quiet).max(idle / 4);
+            let left = idle
+                .saturating_sub(quiet)
+                .max(settle.saturating_sub(unread))
+                .max(idle / 4);
             tokio::time::sleep(left.max(Duration::from_millis(10))).await;
         }
     }
@@ -475,6 +615,62 @@ impl Drop for Busy {
         }
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// A connection's stream, telling its [`Activity`] what is read.
+struct Watched<I> {
+    io: I,
+    activity: Arc<Activity>,
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            self.activity.read(n);
+        }
+        polled
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+fn lock(instant: &Mutex<Instant>) -> MutexGuard<'_, Instant> {
+    instant.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Answers 408 when a request (its body included) takes longer than the deadline.

@@ -3,7 +3,7 @@
 //! - [`task`]: [`ServerTask`], a server in a tokio task with a bounded graceful stop, the
 //!   [`Stopped`] signal its accept loop watches, and [`accept`], which does not spin;
 //! - [`http`]: the one bounded accept loop of every HTTP listener, [`http::serve_with`] (caps
-//!   on connections, a head deadline from accept, HTTP/1.1 or both versions, TLS through a
+//!   on connections, a head deadline from accept, HTTP/1.1, HTTP/2 or both, TLS through a
 //!   [`http::Transport`], a graceful stop), and an axum router on it within [`HttpLimits`];
 //! - [`budget`]: [`Budget`], how often each caller (an address, a device id) did something
 //!   lately, each at most a budget per window;
@@ -14,7 +14,7 @@
 //! - [`secret`]: [`AdminSecret`], the bearer secret of the admin endpoints.
 //!
 //! The reference integrator API, the game server's admin and WebSocket listeners and the
-//! sidecar's HTTP listener are built on it. It knows nothing of tokens or users.
+//! sidecar's HTTP and gRPC listeners are built on it. It knows nothing of tokens or users.
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 

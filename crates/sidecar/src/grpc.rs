@@ -7,8 +7,9 @@
 //! bearer API answers (SPEC section 10). The protos are `envoy-types`' (precompiled).
 //!
 //! A request without HTTP attributes is `INVALID_ARGUMENT`; nothing of it is logged. The
-//! listener keeps the sidecar's connection cap and head deadline, and closes a connection idle
-//! for `grpc_idle_timeout` (`admission`); one older than `grpc_max_age` is sent `GOAWAY`.
+//! listener is the listener crate's accept loop, HTTP/2 only: the sidecar's connection cap
+//! (one more is closed at once), its head deadline bounding the client's preface, a connection
+//! closed once idle for `grpc_idle_timeout` and sent `GOAWAY` at `grpc_max_age`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,13 +25,14 @@ use envoy_types::ext_authz::v3::{
 };
 use envoy_types::pb::google::protobuf::BoolValue;
 use tokio::net::TcpListener;
-use tonic::{Request, Response, Status};
+use tonic::service::Routes;
+use tonic::{Request, Response, Status, TimeoutExpired};
 
-use super::admission;
 use super::authorize::encoded_name;
 use super::Node;
 use token_resolver::axum::{bearer_token, AuthRejection};
 use token_resolver::ResolveError;
+use token_resolver_listener::http::{self, Bounds, Clear, Protocols};
 use token_resolver_listener::Stopped;
 
 /// Longest a check may take.
@@ -49,25 +51,47 @@ pub(crate) struct Checker {
 }
 
 /// Serves the `Authorization` service on `listener` until `stopped` fires.
-pub(crate) async fn serve(listener: TcpListener, node: Arc<Node>, mut stopped: Stopped) {
-    let local = listener.local_addr().ok();
-    let (cap, deadline) = (node.config.max_connections, node.config.header_timeout);
-    let (idle, max_age) = (node.config.grpc_idle_timeout, node.config.grpc_max_age);
-    let incoming = admission::admit(listener, cap, deadline, idle);
-    // No grace after the age: tonic's grace replaces the GOAWAY with a close at age + grace.
-    // The GOAWAY is enough, since each call is bounded by `CHECK_TIMEOUT`.
-    let served = tonic::transport::Server::builder()
-        .timeout(CHECK_TIMEOUT)
-        .max_connection_age(max_age)
-        .max_concurrent_streams(MAX_STREAMS)
-        .http2_keepalive_interval(Some(KEEPALIVE))
-        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-        .add_service(AuthorizationServer::new(Checker { node }))
-        .serve_with_incoming_shutdown(incoming, async move { stopped.wait().await })
-        .await;
-    if let Err(error) = served {
-        tracing::warn!(?local, %error, "the gRPC listener stopped with an error");
-    }
+pub(crate) async fn serve(listener: TcpListener, node: Arc<Node>, stopped: Stopped) {
+    let config = &node.config;
+    let bounds = Bounds {
+        max_connections: config.max_connections,
+        max_connections_per_address: config.max_connections,
+        head_timeout: config.header_timeout,
+        // No grace after the age: the GOAWAY is enough, since each call is bounded by
+        // `CHECK_TIMEOUT`.
+        protocols: Protocols::Http2 {
+            keep_alive_interval: KEEPALIVE,
+            keep_alive_timeout: KEEPALIVE_TIMEOUT,
+            max_concurrent_streams: MAX_STREAMS,
+            idle_timeout: config.grpc_idle_timeout,
+            max_age: config.grpc_max_age,
+        },
+        grace: CHECK_TIMEOUT,
+    };
+    let routes = Routes::new(AuthorizationServer::new(Checker { node: node.clone() }));
+    http::serve_with(listener, routes, bounds, Clear, stopped).await;
+}
+
+/// The shorter of [`CHECK_TIMEOUT`] and the client's `grpc-timeout`, as tonic's server reads
+/// it (at most 8 digits and a unit; ignored when malformed).
+fn check_timeout(request: &Request<CheckRequest>) -> Duration {
+    let asked = (request.metadata().get("grpc-timeout"))
+        .and_then(|value| value.to_str().ok())
+        .filter(|value| !value.is_empty())
+        .and_then(|value| {
+            let (digits, unit) = value.split_at(value.len() - 1);
+            let n: u64 = (digits.len() <= 8).then(|| digits.parse().ok()).flatten()?;
+            Some(match unit {
+                "H" => Duration::from_secs(n * 3600),
+                "M" => Duration::from_secs(n * 60),
+                "S" => Duration::from_secs(n),
+                "m" => Duration::from_millis(n),
+                "u" => Duration::from_micros(n),
+                "n" => Duration::from_nanos(n),
+                _ => return None,
+            })
+        });
+    asked.map_or(CHECK_TIMEOUT, |asked| asked.min(CHECK_TIMEOUT))
 }
 
 #[tonic::async_trait]
@@ -76,7 +100,21 @@ impl Authorization for Checker {
         &self,
         request: Request<CheckRequest>,
     ) -> Result<Response<CheckResponse>, Status> {
-        let _call = (request.extensions().get::<admission::Connection>()).map(|c| c.begin());
+        // Answered `CANCELLED` past its deadline, as tonic's server timeout answers.
+        let deadline = check_timeout(&request);
+        match tokio::time::timeout(deadline, self.check_within(request)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(Status::cancelled(TimeoutExpired(()).to_string())),
+        }
+    }
+}
+
+impl Checker {
+    /// The answer to `request`, with no deadline of its own.
+    async fn check_within(
+        &self,
+        request: Request<CheckRequest>,
+    ) -> Result<Response<CheckResponse>, Status> {
         let request = request.into_inner();
         let Some(headers) = request.get_client_headers() else {
             return Err(Status::invalid_argument(
@@ -92,9 +130,7 @@ impl Authorization for Checker {
         };
         Ok(Response::new(answer))
     }
-}
 
-impl Checker {
     /// The user the bearer of `authorization` names at `auth_url` (empty: the default).
     async fn resolve(
         &self,

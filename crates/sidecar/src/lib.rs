@@ -17,7 +17,7 @@
 //!   for as long as the sidecar grants, and the sidecar purges them when a revocation comes
 //!   (and, with a grants file, whatever a previous process granted when it starts).
 //! - `grpc`: Envoy's ext_authz over gRPC (`Authorization/Check`), on a listener of its own
-//!   ([`Sidecar::spawn_grpc`]), whose connections `admission` bounds.
+//!   ([`Sidecar::spawn_grpc`]), on the listener crate's accept loop.
 //!
 //! The admin listener (`/metrics`, `/healthz`, `/readyz`, `POST /admin/revoke`) is the one the
 //! game server serves too ([`token_resolver_sessions::spawn_admin`]), serving the sidecar
@@ -38,7 +38,6 @@
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 
-mod admission;
 mod answer;
 mod authorize;
 mod events;
