@@ -220,3 +220,31 @@ async fn denied(error: ResolveError) -> CheckResponse {
     response.set_http_response(denied);
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asking(timeout: Option<&str>) -> Duration {
+        let mut request = Request::new(CheckRequest::default());
+        if let Some(timeout) = timeout {
+            request
+                .metadata_mut()
+                .insert("grpc-timeout", timeout.parse().unwrap());
+        }
+        check_timeout(&request)
+    }
+
+    #[test]
+    fn a_check_has_the_shorter_of_its_own_deadline_and_the_clients() {
+        assert_eq!(asking(None), CHECK_TIMEOUT);
+        assert_eq!(asking(Some("200m")), Duration::from_millis(200));
+        assert_eq!(asking(Some("3S")), Duration::from_secs(3));
+        assert_eq!(asking(Some("1H")), CHECK_TIMEOUT);
+        assert_eq!(asking(Some("5000u")), Duration::from_micros(5000));
+        // Malformed or longer than 8 digits: ignored, as tonic's server ignores it.
+        assert_eq!(asking(Some("12x")), CHECK_TIMEOUT);
+        assert_eq!(asking(Some("m")), CHECK_TIMEOUT);
+        assert_eq!(asking(Some("123456789n")), CHECK_TIMEOUT);
+    }
+}
