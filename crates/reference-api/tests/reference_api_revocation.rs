@@ -166,9 +166,12 @@ async fn a_game_server_down_for_longer_than_the_old_tries_still_gets_the_ban() {
     let made = banned..=unix_ms();
     eventually("a failed try", || !recorder.calls().is_empty()).await;
     assert_eq!(running.api().pending_notifications(), 1);
-    let pending: serde_json::Value =
-        serde_json::from_str(&api.admin_get("notifications", &bearer()).await).unwrap();
-    let target = &pending["targets"][0];
+    // The recorder counts the call before the API has read its answer: wait for the API to
+    // show it.
+    let target = &target_once(&api, |t| {
+        t["last_error"].as_str().is_some_and(|e| e.contains("503"))
+    })
+    .await;
     assert_eq!(
         (target["bans"].clone(), target["logouts"].clone()),
         (json!(1), json!(0))
@@ -286,12 +289,13 @@ async fn a_game_server_answering_401_404_or_503_has_not_taken_the_ban_yet() {
         "{target}"
     );
     eventually("the 503", || recorder.calls().len() == 3).await;
-    let target = pending().await;
+    // The recorder counts the call before the API has read its answer: wait for the API to
+    // show it (the next try waits out the 503's Retry-After, so it stays the last error).
+    let target = target_once(&api, |t| {
+        t["last_error"].as_str().is_some_and(|e| e.contains("503"))
+    })
+    .await;
     assert_eq!(target["bans"], 1, "{target}");
-    assert!(
-        target["last_error"].as_str().unwrap().contains("503"),
-        "{target}"
-    );
 
     let calls = settled_calls(&recorder, 4).await;
     assert_eq!(calls.len(), 4, "delivered once, then no more: {calls:?}");
@@ -314,6 +318,21 @@ async fn a_game_server_answering_401_404_or_503_has_not_taken_the_ban_yet() {
         (json!(0), json!(1)),
         "{target}"
     );
+}
+
+/// The first game server's entry in `GET /api/admin/notifications` once `holds` holds of it;
+/// fails after 10 s.
+async fn target_once(api: &ApiCalls, holds: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = api.admin_get("notifications", &bearer()).await;
+        let target = serde_json::from_str::<Value>(&answer).unwrap()["targets"][0].clone();
+        if holds(&target) {
+            return target;
+        }
+        assert!(Instant::now() < deadline, "never held: {target}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test]
