@@ -80,7 +80,7 @@ async fn concurrent_resolutions_share_a_failure_too() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_store_answers_are_still_coalesced() {
-    // Pins down SPEC section 3: no-store means not cached, but concurrent waiters still share.
+    // Pins down the caching rule: no-store means not cached, but concurrent waiters still share.
     let server = Scripted::start(|_, _| async {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let mut r = user_answer(5, "nostore");

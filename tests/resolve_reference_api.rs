@@ -1,4 +1,4 @@
-//! The resolver against the reference integrator API over real loopback HTTP: the seed's flow
+//! The resolver against the reference integrator API over real loopback HTTP: the whole flow
 //! from login to a verified user, caching, rejection and invalidation.
 
 use token_resolver_support as support;

@@ -1,4 +1,4 @@
-//! Every status, header and body case of SPEC.md sections 3-5 against a scripted upstream on
+//! Every status, header and body case of the call's rules (request shape, answer, transient failures) against a scripted upstream on
 //! loopback, each asserting the exact error code and how many requests reached the server.
 
 use token_resolver_support as support;
@@ -29,7 +29,7 @@ async fn code_of(server: &Scripted) -> ErrorCode {
 
 #[tokio::test]
 async fn the_call_is_a_post_with_bearer_accept_and_an_empty_body() {
-    // Pins down the request shape of SPEC section 3, "The call".
+    // Pins down the request shape of the call.
     let server = Scripted::start(|_, _| async { user_answer(7, "eve") }).await;
     resolve(&server).await.unwrap();
     let seen = &server.seen()[0];

@@ -4,7 +4,7 @@
 //! it prints one table.
 //!
 //! Each row opens its hostile sockets, each of which connects and then sends nothing (the
-//! attack of issue 24: silent sockets, squatters that never log in), from `addresses` loopback
+//! attack on held connections: silent sockets, squatters that never log in), from `addresses` loopback
 //! source addresses (127.66.x.y), and keeps them open while a real client from 127.0.0.1 does
 //! [`OPS`] operations one after another: a fresh connection each, retried every 50 ms until
 //! served. Its latency (until served) is shown idle and under the attack, from the same run:

@@ -40,7 +40,7 @@ pub(crate) enum Command {
     ServeApi(cmd::serve_api::ServeApiArgs),
     /// Resolve one access token and print the user as one JSON line.
     Resolve(cmd::resolve::ResolveArgs),
-    /// Walk the seed's whole flow on loopback, printing each step.
+    /// Walk the whole flow (login, token, connect, join) on loopback, printing each step.
     Demo(cmd::demo::DemoArgs),
     /// Run a game server embedding the resolver (TCP, JSON lines: connect, search_room, join).
     GameServer(cmd::game_server::GameServerArgs),

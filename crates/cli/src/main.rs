@@ -3,7 +3,7 @@
 //! - `cli`: the subcommands, parsing the command line, and running one to its exit status;
 //! - `config_file`: `game-server --config FILE`, merged into the command line;
 //! - `cmd/`: one module per subcommand with its arguments: `serve_api`, `resolve`,
-//!   `game_server`, `check`, `demo` (the seed's flow, narrated) and `load/` (the throughput and
+//!   `game_server`, `check`, `demo` (the whole flow, narrated) and `load/` (the throughput and
 //!   memory harness, whose baselines it shares with the benches).
 
 mod cli;

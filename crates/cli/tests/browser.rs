@@ -172,7 +172,7 @@ fn tempdir(name: &str) -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_logs_in_and_joins_the_arena_over_websocket() {
     // Pins down the whole flow from a browser: login, token, WebSocket, connect, search, the
-    // room's authUrl by the seed's rule, join; the result line names room, user and id. The
+    // room's authUrl by the client rule, join; the result line names room, user and id. The
     // screenshot is kept in the target's temporary directory (docs/play.png is one of them).
     let Some(driver) = chromedriver() else { return };
     let parties = parties().await;

@@ -1,5 +1,5 @@
 //! The `token-resolver` binary as a user runs it: `resolve`'s one JSON line and exit status,
-//! `serve-api`'s usage errors, and `demo` completing the seed's flow.
+//! `serve-api`'s usage errors, and `demo` completing the whole flow.
 
 use token_resolver_support as support;
 
@@ -187,7 +187,7 @@ async fn game_server_refuses_an_admin_token_that_no_client_could_send() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn demo_walks_the_whole_flow_and_exits_0() {
-    // Pins down the main job: the demo completes every step of the seed's flow.
+    // Pins down the main job: the demo completes every step of the flow.
     let mut cmd = bin();
     cmd.arg("demo").env("RUST_LOG", "warn");
     let out = output(cmd).await;

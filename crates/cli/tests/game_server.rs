@@ -27,7 +27,7 @@ fn find<'a>(rooms: &'a [RoomInfo], id: &str) -> &'a RoomInfo {
 
 #[tokio::test]
 async fn valid_token_joins_a_protected_room_and_the_server_sees_id_and_name() {
-    // Pins down the seed's flow: login -> token -> connect -> search -> join with the room's
+    // Pins down the whole flow: login -> token -> connect -> search -> join with the room's
     // authUrl, and the game server holding the right user in the room.
     let api = reference_api().await;
     let base = api.base_url();
@@ -184,7 +184,7 @@ async fn the_rooms_auth_url_in_another_spelling_is_accepted() {
 
 #[tokio::test]
 async fn rooms_without_auth_url_resolve_against_the_default_url() {
-    // Pins down the seed's rule for rooms without nodeProperties.authUrl: the client sends ""
+    // Pins down the client rule for rooms without nodeProperties.authUrl: the client sends ""
     // and the server resolves against the default URL, not against another room's.
     let api = reference_api().await;
     let base = api.base_url();

@@ -57,7 +57,7 @@ pub struct RoomInfo {
 }
 
 impl RoomInfo {
-    /// The room's authUrl by the seed's rule: when `node_properties` is present and has the key
+    /// The room's authUrl by the client rule: when `node_properties` is present and has the key
     /// `authUrl`, that value's string form (a JSON string as it is, `null` as empty, anything
     /// else as its JSON text); otherwise the empty string.
     ///

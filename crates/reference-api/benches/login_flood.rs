@@ -17,10 +17,10 @@
 //!   answered. A refusal (429, 503) is answered in microseconds, so this is an HTTP flood as
 //!   fast as the clients can go, on the same 2 cores as the server.
 //! - `attacker`: 64 connections from one address guessing one username's password flat out,
-//!   the attacker of issue 14; `401` counts the guesses actually checked.
+//!   an attacker guessing passwords; `401` counts the guesses actually checked.
 //! - `guests flat out, many addresses`: device-id logins instead, each a new device, moving
 //!   address every 4 logins: every one is admitted (200) and opens a session, the anonymous
-//!   flood of issue 24. Then `idle after the floods` probes `/api/user` again, and a line says
+//!   flood of anonymous callers. Then `idle after the floods` probes `/api/user` again, and a line says
 //!   what the API holds and whether a password user still logs in.
 //!
 //! The server runs on its own 2-worker runtime, the flood on another, and the `/api/user`

@@ -1,4 +1,4 @@
-//! The reference integrator web API (SPEC section 7): the integrator's side of the seed, served
+//! The reference integrator web API: the integrator's side of the login-token-join flow, served
 //! by a real axum server, in memory.
 //!
 //! It owns the three APIs an integrator must provide — login (`POST /api/login`), token

@@ -1,6 +1,6 @@
-// The player's side of the seed in a browser: log in to the integrator (this page's origin),
+// The player's side of the login-token-join flow in a browser: log in to the integrator (this page's origin),
 // take an access token, open the game server's WebSocket, connect, search rooms, read each
-// room's authUrl by the seed's rule, and join. The token never leaves memory: it is not shown,
+// room's authUrl by the client rule (nodeProperties.authUrl, or ""), and join. The token never leaves memory: it is not shown,
 // stored, or put in a URL.
 //
 // ?autoplay=1&username=U&password=P&game=WS_URL[&room=ID][&forge_auth_url=URL] runs the flow

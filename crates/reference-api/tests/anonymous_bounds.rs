@@ -1,4 +1,4 @@
-//! What anonymous callers can take from the reference API (issue 24), over real HTTP on
+//! What anonymous callers can take from the reference API, over real HTTP on
 //! loopback: device-id logins are throttled per client address and per device id, sessions
 //! and tokens are capped per device, per address and in all with the oldest ended rather than
 //! anyone refused, guests expire, and `X-Forwarded-For` is read only from a trusted proxy.

@@ -1,4 +1,4 @@
-//! The reference integrator web API (SPEC section 7), driven over real HTTP on 127.0.0.1:0.
+//! The reference integrator web API, driven over real HTTP on 127.0.0.1:0.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The integrator's side of live revocation and expiry (SPEC section 11), over real HTTP on
+//! The integrator's side of live revocation and expiry, over real HTTP on
 //! loopback: logout and ban tell the game servers (`--notify`, here a recording stand-in for a
 //! game server's admin listener), the admin endpoints and their secret, `exp` in `/api/user`
 //! and `expires_in` at `/api/access_token`.

@@ -1,4 +1,4 @@
-//! The reference login resists guessing (issue 14), over real HTTP on loopback: failed logins
+//! The reference login resists guessing, over real HTTP on loopback: failed logins
 //! throttled per username and per client address (the connection's, never a header's), a
 //! throttled attempt checks no password, and password checks are bounded.
 

@@ -2,8 +2,8 @@
 //! `auth_request`, Traefik `forwardAuth`, Envoy's HTTP ext_authz). The bearer token of
 //! `Authorization`, resolved at `X-Auth-Url` (optional; checked against the allowlist) or the
 //! default authUrl: 200 with `X-User-Id` and `X-User-Name` (percent-encoded UTF-8, so that any
-//! name is a valid header value) for the proxy to pass upstream; otherwise the statuses of SPEC
-//! section 10: 401 with `WWW-Authenticate: Bearer error="invalid_token"`, 403, 503 with
+//! name is a valid header value) for the proxy to pass upstream; otherwise the statuses of the axum
+//! integration: 401 with `WWW-Authenticate: Bearer error="invalid_token"`, 403, 503 with
 //! `Retry-After`.
 //!
 //! A 200 says `X-Accel-Expires: 0` and `Cache-Control: no-store` (nginx keeps it by neither

@@ -4,7 +4,7 @@
 //! answered OK with `x-user-id` and `x-user-name` (percent-encoded) for Envoy to set upstream
 //! in place of the client's own (and the client's other `x-user-*` and `x-auth-url` removed),
 //! or DENIED with the HTTP status, `WWW-Authenticate`, `Retry-After` and the JSON body a
-//! bearer API answers (SPEC section 10). The protos are `envoy-types`' (precompiled).
+//! bearer API answers (the axum integration's statuses). The protos are `envoy-types`' (precompiled).
 //!
 //! A request without HTTP attributes is `INVALID_ARGUMENT`; nothing of it is logged. The
 //! listener is the listener crate's accept loop, HTTP/2 only: the sidecar's connection cap

@@ -1,4 +1,4 @@
-//! The resolver as a local service (SPEC section 15), for game servers written in C++, C#, Go
+//! The resolver as a local service, for game servers written in C++, C#, Go
 //! or Node.js: they call it on loopback over HTTP/JSON instead of embedding the library.
 //!
 //! - `resolve`: `POST /v1/resolve`, a token (and an optional authUrl) to `{user, expires_at}`;

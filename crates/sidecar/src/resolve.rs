@@ -1,8 +1,8 @@
 //! `POST /v1/resolve`: `{"access_token", "auth_url"?, "session"?}` to
 //! `{"user": {"id", "name"}, "expires_at"}`, or `{"error", "message"}` with the statuses of
-//! SPEC section 10 (401 with `WWW-Authenticate`, 403, 502, 503 with `Retry-After`).
+//! the axum integration (401 with `WWW-Authenticate`, 403, 502, 503 with `Retry-After`).
 //!
-//! An empty or absent `auth_url` means the default one, as in the seed's `RoomJoinArgs`. With a
+//! An empty or absent `auth_url` means the default one, as in the client's `RoomJoinArgs`. With a
 //! `session` (the game server's connection id: 1 to 128 visible ASCII characters) the sidecar
 //! keeps the session live (`sessions`); the same session with a new token is its refresh
 //! (`"refreshed": true`, or 409 `refresh_mismatch` for another user).

@@ -1,4 +1,4 @@
-//! `token-resolver resolve`: one token resolved, one JSON line on stdout (SPEC section 8): the
+//! `token-resolver resolve`: one token resolved, one JSON line on stdout: the
 //! user and exit 0, `{"error","message"}` and exit 1, or a usage error and exit 2.
 
 use std::io::{BufRead, Write};

@@ -1,5 +1,5 @@
 //! `token-resolver sidecar`: the resolver as a loopback service for game servers in other
-//! languages (SPEC section 15), with the game server's settings where they apply, an optional
+//! languages, with the game server's settings where they apply, an optional
 //! ext_authz gRPC listener and admin listener, a banner on stdout, until SIGTERM or Ctrl-C,
 //! which drain it.
 

@@ -1,4 +1,4 @@
-//! `token-resolver demo`: the seed's whole flow with the three parties talking over real
+//! `token-resolver demo`: the whole flow (login, token, connect, join) with the three parties talking over real
 //! loopback sockets, each step printed, each outcome checked. The integrator's web API is the
 //! reference API (HTTP); the game server is a `GameServer` embedding a `Resolver` (TCP, JSON
 //! lines); the client is `IntegratorClient` for login and token plus `GameClient` for connect,
@@ -78,7 +78,7 @@ pub(crate) async fn run(args: DemoArgs) -> ExitCode {
 async fn narrate(out: &mut (dyn Write + Send)) -> Result<(), DemoError> {
     writeln!(
         out,
-        "token-resolver demo: the seed's flow, three parties over real loopback sockets\n"
+        "token-resolver demo: the whole flow, three parties over real loopback sockets\n"
     )?;
     let parties = start(out).await?;
     let mut client = IntegratorClient::new(&parties.base)?;
