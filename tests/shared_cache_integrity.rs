@@ -424,3 +424,44 @@ async fn invalidate_all_steps_past_the_generation_its_node_knows_even_when_redis
     assert_eq!(step().await.unwrap(), Delivery::Shared);
     assert_eq!(generation(), Some(3), "a step past what A knew");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ban_on_a_node_that_missed_a_new_generation_lands_at_the_current_one() {
+    // Would have caught: a node that had not heard another node's `invalidate_all` (its
+    // reader lost) tombstoning a ban at the generation it remembered, while the user's answer
+    // written at the new generation kept admitting them on every node.
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let api = Scripted::start(|_, _| async { support::user_answer(6, "p") }).await;
+    let b = node(&api.url(), &redis);
+    b.resolve(&api.url(), "other").await.unwrap();
+    eventually("B's answer reaches Redis", || redis.entry_count() > 0).await;
+    // Another node's `invalidate_all`, which B does not hear of.
+    redis.command(&["SET", "token-resolver:gen", "7"]).unwrap();
+    let c = node(&api.url(), &redis);
+    c.resolve(&api.url(), "t").await.unwrap();
+    eventually("C's answer reaches Redis at the new generation", || {
+        entries(&redis).iter().any(|(key, _)| key.contains(":g7:"))
+    })
+    .await;
+
+    let ban = Revoke::User {
+        auth_url: api.url(),
+        user_id: 6,
+    };
+    let delivered = b.revoke(ban, SystemTime::now(), Duration::from_secs(10));
+    assert_eq!(delivered.await.unwrap(), Delivery::Shared);
+    let d = node(&api.url(), &redis);
+    let calls = api.requests();
+    let resolved = d.resolve(&api.url(), "t").await;
+    assert_eq!(
+        d.stats().shared_hits,
+        0,
+        "the banned user's answer is not served"
+    );
+    match resolved {
+        Ok(_) => assert!(api.requests() > calls, "the API was asked"),
+        Err(e) => assert!(matches!(e, ResolveError::TokenRevoked { .. }), "{e}"),
+    }
+}

@@ -340,7 +340,15 @@ impl Core {
             self.advance(generation);
             return Ok(Revoked::All { generation });
         }
-        let generation = self.current_generation(conn).await?;
+        // Read from Redis, not only remembered: a node whose reader lost the stream may not
+        // know another node's `invalidate_all`, and tombstones at its older generation would
+        // not stop entries written at the current one.
+        let stored: Option<u64> = redis::cmd("GET")
+            .arg(self.keys.generation())
+            .query_async(conn)
+            .await?;
+        let generation = stored.unwrap_or(0).max(self.generation().unwrap_or(0));
+        self.advance(generation);
         let ttl = self.tombstone_ms();
         let doomed = match &what {
             Revoked::Token { digest, .. } => vec![digest.clone()],
