@@ -148,23 +148,6 @@ impl Core {
             });
     }
 
-    /// The generation this node is at, read from Redis if it knows none yet.
-    async fn current_generation(&self, conn: &mut Conn) -> redis::RedisResult<u64> {
-        if let Some(generation) = self.generation() {
-            return Ok(generation);
-        }
-        let stored: Option<u64> = redis::cmd("GET")
-            .arg(self.keys.generation())
-            .query_async(conn)
-            .await?;
-        let stored = stored.unwrap_or(0);
-        let known =
-            self.generation
-                .compare_exchange(UNKNOWN, stored, Ordering::AcqRel, Ordering::Acquire);
-        // Ours, or what the reader or an `invalidate_all` stored meanwhile.
-        Ok(known.map_or_else(|current| current, |_| stored))
-    }
-
     /// This node's wall clock, unix ms.
     fn now_ms(&self) -> u64 {
         let now = std::time::SystemTime::now()
@@ -399,14 +382,22 @@ impl SharedCache {
             )),
             Cached::Rejected { .. } => None,
         };
+        // The generation as the answer is stored, not as the task gets a connection (up to
+        // `op_timeout` later): an `invalidate_all` heard meanwhile revoked this answer, which
+        // must not be written into the new generation. Unknown: not written at all.
+        let Some(generation) = self.core.generation() else {
+            return;
+        };
         let index_ttl = self.index_ttl.as_millis().max(1) as u64;
         let core = self.core.clone();
         self.spawn("put", false, self.op_timeout, move |mut conn| {
             let (core, entry, user, digest) =
                 (core.clone(), entry.clone(), user.clone(), digest.clone());
             async move {
-                // Before the reader has read it, this node's first answers still go to Redis.
-                let generation = core.current_generation(&mut conn).await?;
+                let moved = || core.generation() != Some(generation);
+                if moved() {
+                    return Ok(());
+                }
                 if let Some((endpoint, id, session)) = &user {
                     let keys = core.user_index_keys(generation, endpoint, *id, session.as_deref());
                     if !core
@@ -416,6 +407,9 @@ impl SharedCache {
                     {
                         return Ok(());
                     }
+                }
+                if moved() {
+                    return Ok(());
                 }
                 let key = core.keys.token(generation, &digest);
                 let tombstone = core.keys.token_tombstone(generation, &digest);
