@@ -10,7 +10,9 @@
 //!   hanging), and for every later head on a kept-alive HTTP/1.1 connection, so an idle one
 //!   is closed at the same deadline;
 //! - over HTTP/2, keep-alive pings (a dead peer is dropped) and an idle timeout (a live one
-//!   with nothing in flight is closed);
+//!   with nothing in flight is sent `GOAWAY` and closed once it has answered what it had
+//!   already read: a request that crossed the timeout is answered or refused as retryable,
+//!   never lost with the socket);
 //! - the client's address on every request, as `ConnectInfo` (as `axum::serve` with connect
 //!   info gives it);
 //! - a graceful stop: no more accepts, connections asked to finish, waited for a bounded time.
@@ -22,8 +24,8 @@
 //! TLS); it reads that preface with no timer of its own, which the head deadline bounds.
 //! [`Protocols::Http2`] serves HTTP/2 only (the sidecar's gRPC): the head deadline bounds the
 //! client's preface, which hyper's HTTP/2 server too waits for with no timer; a connection
-//! with no request in flight is closed at its idle timeout, and one at its maximum age is
-//! sent `GOAWAY`.
+//! with no request in flight at its idle timeout, and one at its maximum age, is sent
+//! `GOAWAY`.
 
 use std::future::Future;
 use std::io;
@@ -94,8 +96,8 @@ pub enum Protocols {
         /// Longest an HTTP/2 connection may stay open with no request in flight.
         idle_timeout: Duration,
     },
-    /// HTTP/2 only (gRPC): the head deadline bounds the client's preface; a connection is
-    /// closed once idle, and sent `GOAWAY` at its maximum age.
+    /// HTTP/2 only (gRPC): the head deadline bounds the client's preface; a connection is sent
+    /// `GOAWAY` once idle, and at its maximum age.
     Http2 {
         /// How often a connection is pinged.
         keep_alive_interval: Duration,
@@ -426,10 +428,11 @@ impl Connection {
                         }
                     };
                     let connection = builder.serve_connection(io, service);
-                    tokio::select! {
-                        served = until_stopped(connection, |c| c.graceful_shutdown(), stop) => served,
-                        () = activity.h2_idle_for(*idle_timeout) => Ok(()),
-                    }
+                    let idle = async {
+                        activity.h2_idle_for(*idle_timeout).await;
+                        Told::Idle
+                    };
+                    until_told(connection, |c| c.graceful_shutdown(), idle, &activity, stop).await
                 }
                 Builders::Http2 {
                     builder,
@@ -438,14 +441,18 @@ impl Connection {
                 } => {
                     activity.h2.store(true, Ordering::Release);
                     let connection = builder.serve_connection(io, service);
+                    let idle = activity.h2_idle_for(*idle_timeout);
                     let aged = tokio::time::sleep(*max_age);
-                    tokio::select! {
-                        served = until_aged(connection, |c| c.graceful_shutdown(), aged, stop) => served,
-                        () = activity.h2_idle_for(*idle_timeout) => {
-                            tracing::debug!(%peer, "HTTP/2 connection closed: idle for its timeout");
-                            Ok(())
+                    let told = async {
+                        tokio::select! {
+                            () = aged => Told::Aged,
+                            () = idle => {
+                                tracing::debug!(%peer, "HTTP/2 connection idle for its timeout: GOAWAY");
+                                Told::Idle
+                            }
                         }
-                    }
+                    };
+                    until_told(connection, |c| c.graceful_shutdown(), told, &activity, stop).await
                 }
             }
         };
@@ -478,11 +485,28 @@ where
     ended.map_err(Into::into)
 }
 
-/// Drives `connection` to its end; sends it `GOAWAY` once `aged` fires or the listener stops.
-async fn until_aged<C, E>(
+/// Why a connection is asked to finish before its client is done with it.
+enum Told {
+    /// It reached its maximum age.
+    Aged,
+    /// Nothing was in flight on it for its idle timeout.
+    Idle,
+}
+
+/// How long an HTTP/2 connection sent `GOAWAY` for idleness may take to close with nothing in
+/// flight: a client that never answers the `GOAWAY`'s ping would keep it open otherwise.
+const IDLE_GOAWAY_GRACE: Duration = Duration::from_secs(1);
+
+/// Drives `connection` to its end; asks it to finish (`GOAWAY` over HTTP/2) once `told` fires
+/// (its maximum age, or idle for its timeout) or the listener stops, and drives it on until it
+/// has: a request already sent but not yet read is answered, or refused in a way the client
+/// knows it may retry, never lost with the socket. Told it is idle, it is dropped once nothing
+/// has been in flight for [`IDLE_GOAWAY_GRACE`] after that.
+async fn until_told<C, E>(
     connection: C,
     mut finish: impl FnMut(Pin<&mut C>),
-    aged: tokio::time::Sleep,
+    told: impl Future<Output = Told>,
+    activity: &Activity,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), BoxError>
 where
@@ -492,9 +516,21 @@ where
     let mut connection = pin!(connection);
     let ended = tokio::select! {
         ended = connection.as_mut() => ended,
-        () = aged => {
+        told = told => {
             finish(connection.as_mut());
-            connection.await
+            match told {
+                Told::Aged => connection.await,
+                Told::Idle => loop {
+                    tokio::select! {
+                        ended = connection.as_mut() => break ended,
+                        () = tokio::time::sleep(IDLE_GOAWAY_GRACE) => {
+                            if activity.in_flight.load(Ordering::Acquire) == 0 {
+                                break Ok(());
+                            }
+                        }
+                    }
+                },
+            }
         }
         () = stopping(&mut stop) => {
             finish(connection.as_mut());

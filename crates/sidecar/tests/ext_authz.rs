@@ -390,6 +390,18 @@ async fn a_grpc_connection_is_closed_when_idle_and_sent_goaway_at_its_maximum_ag
         "closed once idle for its timeout"
     );
     assert!(started.elapsed() >= Duration::from_millis(300));
+    // Told with GOAWAY, then closed: a request that crossed the timeout is answered or refused
+    // as one the client may retry, never lost with the socket.
+    let mut told = h2_connection(grpc.local_addr()).await;
+    let goaway = tokio::time::timeout(Duration::from_secs(3), async {
+        let mut goaway = false;
+        while let Some(frame) = next_frame(&mut told).await {
+            goaway |= frame == 7;
+        }
+        goaway
+    })
+    .await;
+    assert_eq!(goaway, Ok(true), "GOAWAY before an idle connection's close");
 
     // Calls keep a connection in use; the client reconnects once it was closed as idle.
     let mut client = client(&grpc).await;
