@@ -15,7 +15,8 @@
 //! client acts on), so that it holds an id of this process from its first moment and can
 //! always prove where it was.
 //!
-//! A stream opened without an id is sent the events still owed: those no stream took. An event
+//! A stream opened without an id is sent the events still owed: those no stream took, after a
+//! `resync` when some fell off the journal before any stream took them. An event
 //! is taken when a stream sends it on (not when it merely waits in a stream's buffer), and
 //! counted then in [`EVENTS_DELIVERED_TOTAL`]. A stream that falls
 //! [`stream_buffer`](crate::SidecarConfig::stream_buffer) events behind is ended, with a log
@@ -90,6 +91,9 @@ struct Journal {
     recent: VecDeque<Arc<Record>>,
     capacity: usize,
     next_id: u64,
+    /// An event no stream had sent on fell off the journal: the next stream opened without an
+    /// id cannot be sent all it is owed, and is told to resync first.
+    lost_owed: bool,
 }
 
 /// Where a stream opening now takes up, from its `Last-Event-ID`.
@@ -121,6 +125,7 @@ impl Events {
                 recent: VecDeque::new(),
                 capacity: capacity.max(1),
                 next_id: 1,
+                lost_owed: false,
             }),
             live: broadcast::channel(buffer.max(1)).0,
             readers: Arc::new(watch::Sender::new(0)),
@@ -169,7 +174,10 @@ impl Events {
         });
         journal.next_id += 1;
         if journal.recent.len() == journal.capacity {
-            journal.recent.pop_front();
+            let dropped = journal.recent.pop_front();
+            if dropped.is_some_and(|r| !r.delivered.load(Ordering::Relaxed)) {
+                journal.lost_owed = true;
+            }
         }
         journal.recent.push_back(record.clone());
         // Under the lock, so that a stream opening now sees the event either in its replay or
@@ -182,16 +190,22 @@ impl Events {
     /// What a stream opening now at `resume` is sent first, and the receiver of what comes
     /// next.
     fn subscribe(&self, resume: Resume) -> (Vec<Arc<Record>>, broadcast::Receiver<Arc<Record>>) {
-        let journal = self.journal();
+        let mut journal = self.journal();
         let receiver = self.live.subscribe();
         let oldest = journal.recent.front().map_or(journal.next_id, |r| r.id);
         let (resync, after) = match resume {
-            Resume::Fresh => {
+            Resume::Fresh if !journal.lost_owed => {
                 let owed = (journal.recent.iter())
                     .filter(|r| !r.delivered.load(Ordering::Relaxed))
                     .cloned()
                     .collect();
                 return (place(owed, journal.next_id - 1), receiver);
+            }
+            // Owed events were lost before any stream took them: this stream is sent resync,
+            // then everything the journal holds.
+            Resume::Fresh => {
+                journal.lost_owed = false;
+                (true, 0)
             }
             // Ahead of what this process wrote, or older than what it still holds.
             Resume::After(last) if last >= journal.next_id || last.saturating_add(1) < oldest => {
@@ -435,6 +449,23 @@ mod tests {
             [(2, "revoked")],
             "b waits on a stream not read"
         );
+    }
+
+    #[test]
+    fn a_stream_without_an_id_is_told_to_resync_when_owed_events_fell_off_the_journal() {
+        let events = Events::new(2, 8);
+        for session in ["a", "b", "c"] {
+            events.publish("revoked", json!({ "session": session }));
+        }
+        let (first, _open) = events.subscribe(Resume::Fresh);
+        assert_eq!(
+            ids(&first),
+            [(1, "resync"), (2, "revoked"), (3, "revoked")],
+            "a was owed and is gone"
+        );
+        take(&first);
+        let (second, _) = events.subscribe(Resume::Fresh);
+        assert_eq!(ids(&second), [], "told once");
     }
 
     #[tokio::test]
