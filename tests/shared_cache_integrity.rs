@@ -465,3 +465,41 @@ async fn a_ban_on_a_node_that_missed_a_new_generation_lands_at_the_current_one()
         Err(e) => assert!(matches!(e, ResolveError::TokenRevoked { .. }), "{e}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_pushed_far_ahead_on_the_stream_does_not_silence_later_revocations() {
+    // Would have caught: a writer without the secret adding one entry with a far-future id,
+    // so that every authentic revocation after it (whose id Redis then puts after that one)
+    // was dropped as told long after it was made: bans silenced on every node.
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let api = reference_api().await;
+    let base = api.base_url();
+    let token = login_and_take_token(&base, "carol", "carolina").await;
+    let (a, b) = (node(&base, &redis), node(&base, &redis));
+    b.resolve(&base, &token).await.unwrap();
+    eventually("B listens", || b.shared_cache_subscribed()).await;
+    let mut told = b.revocations();
+    let forged_before = forged("message");
+    redis
+        .command(&["XADD", STREAM, "99999999999999-0", "m", "pushed ahead"])
+        .unwrap();
+    eventually("B reads the forgery", || forged("message") > forged_before).await;
+
+    let ban = Revoke::User {
+        auth_url: base.clone(),
+        user_id: 3,
+    };
+    let delivered = a.revoke(ban, SystemTime::now(), Duration::from_secs(10));
+    assert_eq!(delivered.await.unwrap(), Delivery::Shared);
+    let heard = tokio::time::timeout(Duration::from_secs(10), told.recv())
+        .await
+        .expect("B tells the ban")
+        .unwrap();
+    assert!(
+        matches!(heard, Revocation::User { .. }),
+        "B applied the ban itself: {heard:?}"
+    );
+    assert_eq!(b.stats().entries, 0, "B dropped Carol");
+}

@@ -480,15 +480,20 @@ impl Reader {
             };
             // Told when it was made, give or take the insisting of a revocation while Redis
             // was away and the nodes' clocks: an authentic message told again later is a
-            // replay. When it was told is its id, Redis's clock, read as this node's.
+            // replay. When it was told is its id, Redis's clock, read as this node's. Counted,
+            // but applied all the same: an id is anyone's to push ahead (one far-future entry
+            // puts every later one after it), and dropping would silence real revocations. A
+            // replay closes only what its own time names, and is applied once in the window.
             let told_at = entry
                 .position
                 .map_or(now, |p| p.0.saturating_add_signed(-self.redis_ahead_ms));
             if told_at.abs_diff(told.made_at_ms) > window {
                 metrics::counter!(telemetry::SHARED_FORGED_TOTAL, "what" => "replayed_message")
                     .increment(1);
-                tracing::warn!("ignoring a revocation told again long after it was made");
-                continue;
+                tracing::warn!(
+                    "applying a revocation told far from when it was made (a replay, or an \
+                     entry id pushed ahead on the stream)"
+                );
             }
             if !self.seen.first(mac, told.made_at_ms, now, window) {
                 tracing::debug!("ignoring a revocation told twice (a retry, or a copy)");
