@@ -31,7 +31,7 @@ mod revocation;
 mod revoked;
 mod store;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -91,8 +91,9 @@ const OUTBOX_CAP: usize = 1024;
 struct Outbox {
     /// Each pending revocation's way there.
     pending: Vec<Ack>,
-    /// The revocation of everything that what came past the cap was folded into.
-    folded: Option<Ack>,
+    /// The revocation of everything that what came past the cap was folded into, and its
+    /// date: the latest made_at folded into it (unix ms), read as it is told.
+    folded: Option<(Ack, Arc<AtomicU64>)>,
 }
 
 /// Whether `ack` still waits: not there yet, and not given up.
@@ -330,8 +331,14 @@ impl Tiers {
             outbox.pending.push(ack.clone());
             return Some(ack);
         }
-        if let Some(folded) = outbox.folded.as_ref().filter(|ack| waiting(ack)) {
-            return Some(folded.clone());
+        if let Some((folded, date)) = outbox.folded.as_ref().filter(|(ack, _)| waiting(ack)) {
+            // Dated with the latest revocation in it: dated with the first, it would spare
+            // what the later ones revoke. Raised before the check: one told meanwhile is told
+            // again with this date, or, done already, not joined.
+            date.fetch_max(at, Ordering::SeqCst);
+            if waiting(folded) {
+                return Some(folded.clone());
+            }
         }
         metrics::counter!(telemetry::SHARED_CACHE_ERRORS_TOTAL, "op" => "outbox_full").increment(1);
         tracing::warn!(
@@ -339,8 +346,9 @@ impl Tiers {
             "revocations pile up while the shared tier is out of reach: \
              the next ones go as one revocation of everything"
         );
-        let folded = shared.delete_all(at);
-        outbox.folded = Some(folded.clone());
+        let date = Arc::new(AtomicU64::new(at));
+        let folded = shared.delete_all_folding(date.clone());
+        outbox.folded = Some((folded.clone(), date));
         Some(folded)
     }
 
@@ -438,16 +446,25 @@ mod tests {
             assert!(!*ack.borrow(), "Redis is out of reach");
         }
         let past = tiers.invalidate_user(&endpoint, -1, now).unwrap();
-        let further = tiers.invalidate_token(&endpoint, "t", now).unwrap();
+        let later = now + Duration::from_secs(30);
+        let further = tiers.invalidate_token(&endpoint, "t", later).unwrap();
+        let earlier = tiers.invalidate_user(&endpoint, -2, now).unwrap();
         assert!(
-            past.same_channel(&further),
+            past.same_channel(&further) && past.same_channel(&earlier),
             "folded into the same revocation"
         );
         let outbox = tiers.outbox.lock().unwrap();
         assert_eq!(outbox.pending.len(), OUTBOX_CAP);
-        assert!(outbox
-            .folded
-            .as_ref()
-            .is_some_and(|all| all.same_channel(&past)));
+        let (all, date) = outbox.folded.as_ref().unwrap();
+        assert!(all.same_channel(&past));
+        let later_ms = later
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        assert_eq!(
+            date.load(Ordering::SeqCst),
+            later_ms,
+            "dated with the latest revocation folded into it"
+        );
     }
 }

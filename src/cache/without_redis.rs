@@ -52,6 +52,13 @@ impl SharedCache {
         match *self {}
     }
 
+    pub(crate) fn delete_all_folding(
+        &self,
+        _: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ) -> Ack {
+        match *self {}
+    }
+
     pub(crate) fn counts(&self) -> (u64, u64) {
         match *self {}
     }

@@ -9,6 +9,8 @@
 //! what was revoked.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::Arc;
 
 use hmac::{Hmac, Mac};
 use redis::RedisResult;
@@ -301,7 +303,14 @@ impl SharedCache {
 
     /// Moves the tier to a new generation, then tells every node; in the background.
     pub(crate) fn delete_all(&self, decided: u64) -> Ack {
-        self.revoke("invalidate_all", Revoked::All { generation: 0 }, decided)
+        self.delete_all_folding(Arc::new(AtomicU64::new(decided)))
+    }
+
+    /// [`delete_all`](Self::delete_all) dated with what `decided` holds when the message is
+    /// told (unix ms): the outbox folds later revocations into it by raising it, and one
+    /// raised after it was told is told again.
+    pub(crate) fn delete_all_folding(&self, decided: Arc<AtomicU64>) -> Ack {
+        self.revoke_dated("invalidate_all", Revoked::All { generation: 0 }, decided)
     }
 
     /// Revokes `what` in Redis, then tells every node; in the background, insisting (that task
@@ -309,17 +318,30 @@ impl SharedCache {
     /// and `decided`, when it was decided (unix ms). The [`Ack`] turns `true` once both are
     /// done.
     fn revoke(&self, op: &'static str, what: Revoked, decided: u64) -> Ack {
+        self.revoke_dated(op, what, Arc::new(AtomicU64::new(decided)))
+    }
+
+    /// [`revoke`](Self::revoke), dated with what `decided` holds as the message is told.
+    fn revoke_dated(&self, op: &'static str, what: Revoked, decided: Arc<AtomicU64>) -> Ack {
         let core = self.core.clone();
         let at = core.now_ms();
         let (done, ack) = tokio::sync::watch::channel(false);
         let done = std::sync::Arc::new(done);
         self.spawn(op, true, self.op_timeout, move |mut conn| {
             let (core, what, done) = (core.clone(), what.clone(), done.clone());
+            let decided = decided.clone();
             async move {
                 let what = core.revoke(&mut conn, what).await?;
-                core.tell(&mut conn, what, at, decided).await?;
-                done.send_replace(true);
-                Ok(())
+                loop {
+                    let sent = decided.load(AtomicOrdering::SeqCst);
+                    core.tell(&mut conn, what.clone(), at, sent).await?;
+                    done.send_replace(true);
+                    // Raised meanwhile (a revocation folded into this one): told again with
+                    // its date, so that it closes what that one named.
+                    if decided.load(AtomicOrdering::SeqCst) == sent {
+                        return Ok(());
+                    }
+                }
             }
         });
         ack
