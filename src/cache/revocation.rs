@@ -146,8 +146,10 @@ impl DatedRevocation {
     /// Whether a session that resolved its token at `resolved_at` (by this node's clock)
     /// cannot hold an answer from before this revocation, and so is not closed by it: it was
     /// resolved after the revocation was made plus the longest an answer is cached
-    /// ([`ResolverBuilder::cache_ttl`](crate::ResolverBuilder::cache_ttl)) plus the clock
-    /// skew allowed ([`ResolverBuilder::clock_skew`](crate::ResolverBuilder::clock_skew)).
+    /// ([`ResolverBuilder::cache_ttl`](crate::ResolverBuilder::cache_ttl)), plus how long
+    /// past that one is served stale
+    /// ([`ResolverBuilder::serve_stale_for`](crate::ResolverBuilder::serve_stale_for)), plus
+    /// the clock skew allowed ([`ResolverBuilder::clock_skew`](crate::ResolverBuilder::clock_skew)).
     /// Always `false` for a revocation of unknown time.
     pub fn spares(&self, resolved_at: SystemTime) -> bool {
         self.spares_after.is_some_and(|after| resolved_at > after)

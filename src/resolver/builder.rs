@@ -336,6 +336,12 @@ impl ResolverBuilder {
             queue_timeout: self.queue_timeout,
             first_contacts: self.http2.then(FirstContacts::default),
         };
+        // How much older than its revocation an answer still admitted can be: cached for up to
+        // `cache_ttl`, served stale for up to `serve_stale_for` past that, and the clocks.
+        let late_margin = self
+            .cache_ttl
+            .saturating_add(self.serve_stale_for)
+            .saturating_add(self.clock_skew);
         let cache = Tiers::new(TierSettings {
             capacity: self.max_cache_entries,
             stale_for: self.serve_stale_for,
@@ -346,7 +352,7 @@ impl ResolverBuilder {
             horizon: (self.queue_timeout + self.request_timeout)
                 .saturating_mul(2)
                 .max(Duration::from_secs(30)),
-            late_margin: self.cache_ttl.saturating_add(self.clock_skew),
+            late_margin,
             shared: self.shared_cache,
         })?;
         Ok(Resolver {
@@ -359,6 +365,7 @@ impl ResolverBuilder {
                 upstream,
                 cache_ttl: self.cache_ttl,
                 clock_skew: self.clock_skew,
+                late_margin,
                 negative_cache_ttl: self.negative_cache_ttl,
                 counters: Counters::default(),
                 resolutions: telemetry::Resolutions::default(),
@@ -480,6 +487,23 @@ mod tests {
 
     fn build(b: ResolverBuilder) -> Result<Resolver, ConfigError> {
         b.build()
+    }
+
+    #[test]
+    fn a_dated_revocation_spares_only_what_began_past_the_stale_window_too() {
+        // A stale-served answer can be `serve_stale_for` older than a cached one: a session
+        // resolved within that of a revocation may hold an answer from before it.
+        let resolver = Resolver::builder()
+            .default_auth_url("https://a.example")
+            .cache_ttl(Duration::from_secs(60))
+            .serve_stale_for(Duration::from_secs(120))
+            .clock_skew(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let made_at = std::time::SystemTime::now();
+        let dated = resolver.dated(crate::Revocation::All, made_at);
+        assert!(!dated.spares(made_at + Duration::from_secs(200)));
+        assert!(dated.spares(made_at + Duration::from_secs(211)));
     }
 
     #[test]

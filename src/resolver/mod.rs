@@ -85,6 +85,9 @@ struct Inner {
     cache_ttl: Duration,
     /// Leeway on every `exp` (RFC 7519): it counts as passed this long after it.
     clock_skew: Duration,
+    /// How much older than a revocation an answer still admitted can be: `cache_ttl`, the
+    /// stale window and `clock_skew`; a dated revocation closes what began that long before.
+    late_margin: Duration,
     /// How long a rejection is cached.
     negative_cache_ttl: Duration,
     /// The counters behind [`Resolver::stats`].

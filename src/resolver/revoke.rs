@@ -175,8 +175,7 @@ impl Resolver {
     /// `revocation` made at `made_at`, as [`dated_revocations`](Self::dated_revocations) would
     /// tell it: for a server that applies a revocation of its own to its sessions at once.
     pub fn dated(&self, revocation: Revocation, made_at: SystemTime) -> DatedRevocation {
-        let margin = self.inner.cache_ttl.saturating_add(self.inner.clock_skew);
-        DatedRevocation::new(revocation, Some(made_at), margin)
+        DatedRevocation::new(revocation, Some(made_at), self.inner.late_margin)
     }
 
     /// The endpoint of `auth_url` if this resolver serves it (the default for an empty one).
