@@ -92,6 +92,19 @@ enum Ended {
     Lost(String),
 }
 
+/// Clears the reader's flags when its task ends, however it ends.
+struct ReaderGone {
+    trusted: Arc<std::sync::atomic::AtomicBool>,
+    subscribed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for ReaderGone {
+    fn drop(&mut self) {
+        self.trusted.store(false, Ordering::Release);
+        self.subscribed.store(false, Ordering::Release);
+    }
+}
+
 impl SharedCache {
     /// Whether the reader is caught up and its connection answers now.
     pub(crate) fn is_subscribed(&self) -> bool {
@@ -228,6 +241,12 @@ impl Seen {
 
 impl Reader {
     async fn run(mut self) {
+        // However the task ends, a panic included, the node no longer hears revocations: it
+        // must stop trusting its cache rather than keep the flags of a reader that is gone.
+        let _ended = ReaderGone {
+            trusted: self.trusted.clone(),
+            subscribed: self.subscribed.clone(),
+        };
         let mut delay = Duration::from_millis(50);
         loop {
             match self.session().await {
@@ -295,8 +314,11 @@ impl Reader {
     /// gone.
     async fn catch_up(&mut self, conn: &mut Conn) -> RedisResult<bool> {
         let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await?;
-        let redis_now = seconds * 1000 + micros / 1000;
-        self.redis_ahead_ms = redis_now as i64 - self.core.now_ms() as i64;
+        // Saturating: a malformed reply must not overflow (a panic in a debug build).
+        let redis_now = seconds.saturating_mul(1000).saturating_add(micros / 1000);
+        let ahead = i128::from(redis_now) - i128::from(self.core.now_ms());
+        // Within ±i64::MAX, so that its negation cannot overflow either.
+        self.redis_ahead_ms = ahead.clamp(-i128::from(i64::MAX), i128::from(i64::MAX)) as i64;
         if !self.placed {
             self.last = Position(redis_now.saturating_sub(START_SLACK.as_millis() as u64), 0);
             self.placed = true;
@@ -484,9 +506,9 @@ impl Reader {
             // but applied all the same: an id is anyone's to push ahead (one far-future entry
             // puts every later one after it), and dropping would silence real revocations. A
             // replay closes only what its own time names, and is applied once in the window.
-            let told_at = entry
-                .position
-                .map_or(now, |p| p.0.saturating_add_signed(-self.redis_ahead_ms));
+            let told_at = entry.position.map_or(now, |p| {
+                p.0.saturating_add_signed(self.redis_ahead_ms.saturating_neg())
+            });
             if told_at.abs_diff(told.made_at_ms) > window {
                 metrics::counter!(telemetry::SHARED_FORGED_TOTAL, "what" => "replayed_message")
                     .increment(1);
@@ -636,6 +658,23 @@ fn first_entry_id(fields: &[(String, redis::Value)]) -> Option<Position> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_reader_task_that_panics_leaves_its_node_untrusting() {
+        let trusted = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let subscribed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let guard = ReaderGone {
+            trusted: trusted.clone(),
+            subscribed: subscribed.clone(),
+        };
+        let task = tokio::spawn(async move {
+            let _ended = guard;
+            panic!("the reader fails");
+        });
+        assert!(task.await.is_err());
+        assert!(!trusted.load(Ordering::Acquire), "no longer trusted");
+        assert!(!subscribed.load(Ordering::Acquire), "no longer subscribed");
+    }
 
     #[test]
     fn positions_order_as_the_stream_does() {
