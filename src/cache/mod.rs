@@ -214,7 +214,12 @@ impl Tiers {
         if !self.trusted.load(Ordering::Acquire) {
             return None;
         }
-        let cached = complete(shared.get(endpoint.as_str(), token).await?);
+        let got = shared.get(endpoint.as_str(), token).await?;
+        // Trust may have been lost while Redis answered: revocations told meanwhile unheard.
+        if !self.trusted.load(Ordering::Acquire) {
+            return None;
+        }
+        let cached = complete(got);
         self.local.store(endpoint, token, &cached, since);
         Some(cached)
     }
