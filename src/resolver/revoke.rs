@@ -57,10 +57,19 @@ pub enum Delivery {
     Shared,
     /// There is no shared tier: applied here, which is everywhere it needed to go.
     Local,
-    /// Applied here, but not in the shared tier within the time given (Redis is out of
-    /// reach): other nodes do not know of it yet. This node keeps trying in the background
-    /// (its outbox) and delivers it when Redis answers again; a caller that needs the whole
-    /// cluster to know now should ask another node.
+    /// Applied here, but not known to be in the shared tier: other nodes may not know of it.
+    /// Returned when either
+    /// - the time given passed before Redis ran the revocation's script and took its message
+    ///   (Redis out of reach or slow): this node keeps trying in the background (its outbox)
+    ///   and delivers it when Redis answers again, for as long as a tombstone lives; or
+    /// - the outbox will not deliver it: its tries outlived the tombstone's lifetime (it gave
+    ///   up), or it could not start at all (called outside a tokio runtime before this node
+    ///   has one of its own, so nothing runs the write). This is returned as soon as it is
+    ///   known, possibly before the time given.
+    ///
+    /// A revocation that came past the outbox's bound waits on the one revocation of
+    /// everything it was folded into, and is `Pending` on the same terms. A caller that needs
+    /// the whole cluster to know now should ask another node.
     Pending,
 }
 
