@@ -411,7 +411,16 @@ impl Connection {
             match builders {
                 Builders::Http1(builder) => {
                     let connection = builder.serve_connection(io, service).with_upgrades();
-                    until_stopped(connection, |c| c.graceful_shutdown(), stop).await
+                    // Only the listener's stop asks an HTTP/1.1 connection to finish early.
+                    let never = std::future::pending::<Told>();
+                    until_told(
+                        connection,
+                        |c| c.graceful_shutdown(),
+                        never,
+                        &activity,
+                        stop,
+                    )
+                    .await
                 }
                 Builders::Both {
                     auto,
@@ -462,27 +471,6 @@ impl Connection {
             () = activity.no_head_by(head_by, preface_only) => Err("no request head before the deadline".into()),
         }
     }
-}
-
-/// Drives `connection` to its end; once the listener stops, asks it to finish first.
-async fn until_stopped<C, E>(
-    connection: C,
-    finish: impl FnOnce(Pin<&mut C>),
-    mut stop: watch::Receiver<bool>,
-) -> Result<(), BoxError>
-where
-    C: Future<Output = Result<(), E>>,
-    E: Into<BoxError>,
-{
-    let mut connection = pin!(connection);
-    let ended = tokio::select! {
-        ended = connection.as_mut() => ended,
-        () = stopping(&mut stop) => {
-            finish(connection.as_mut());
-            connection.await
-        }
-    };
-    ended.map_err(Into::into)
 }
 
 /// Why a connection is asked to finish before its client is done with it.
