@@ -1,7 +1,7 @@
 //! What every suite uses: a resolver fit for tests, a resolution expected to fail within a
 //! bound, waiting for a condition, and skipping (or, under CI, failing) without a program.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use token_resolver::Resolver;
 
@@ -46,10 +46,26 @@ pub async fn fails_within(
 /// Waits for `condition`, polling every few milliseconds; fails the test naming `what` if it
 /// does not hold within 10 s. The limit only ends a test that would otherwise hang: a test
 /// that pins down how soon something happens asserts that itself.
+///
+/// The limit and the polls are on tokio's clock, so on a paused clock (`start_paused`) a wait
+/// costs no real time.
 pub async fn eventually(what: &str, condition: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+    eventually_async(what, || std::future::ready(condition())).await;
+}
+
+/// [`eventually`] for a condition that has to await to find out (an HTTP call, a Redis read):
+/// `condition` is called again every few milliseconds until its future yields `true`.
+pub async fn eventually_async<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !condition().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
