@@ -4,7 +4,7 @@
 //! `/api/login` is in `login`, the admin endpoints in `admin`.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection};
@@ -13,6 +13,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
 use super::notify::Notice;
 use super::store::{sha256, Ended, MAX_TOKENS_PER_SESSION};

@@ -10,7 +10,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use argon2::{Argon2, PasswordHash, PasswordVerifier};
 use axum::extract::rejection::JsonRejection;
@@ -22,6 +22,7 @@ use serde::Deserialize;
 use serde_json::json;
 use token_resolver_listener::Budget;
 use tokio::sync::{Semaphore, TryAcquireError};
+use tokio::time::Instant;
 
 use super::config::SessionLimits;
 use super::handlers::{error, json_rejection, no_store, retry_after};

@@ -36,11 +36,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::{header, HeaderMap, StatusCode};
 use serde::Serialize;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use url::Url;
 
 use super::config::{notify_url, AdminSecret, ApiConfigError};
