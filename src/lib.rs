@@ -31,6 +31,8 @@
 //!   invalidation. `docs/redis.md` covers running it in production.
 //! - `upstream/`: the HTTP call to `/api/user`, admitted once by the per-API circuit breaker
 //!   (`breaker`) and the slot limit, with its deadline, retries and body cap.
+//! - `clock`: the library's "now" for its deadlines, cool-downs and rests: tokio's clock,
+//!   which a test with a paused runtime moves.
 //! - `auth_url`: an authUrl parsed into an [`Endpoint`], and the allowlist.
 //! - `token`: the token rule ([`check_syntax`]) and [`AccessToken`], which never prints itself.
 //! - [`answer`]: strict parsing of the `/api/user` answer and its `Cache-Control`.
@@ -85,6 +87,7 @@
 pub mod answer;
 mod auth_url;
 mod cache;
+pub(crate) mod clock;
 mod error;
 mod resolver;
 pub mod telemetry;

@@ -2,8 +2,9 @@
 //! ([`Cached`], [`Deadline`]), and what a look-up finds ([`Lookup`]).
 
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::clock::{self, Instant};
 use crate::user::User;
 
 /// What the local tier holds for a key.
@@ -79,28 +80,40 @@ impl Cached {
     }
 }
 
-/// A moment in one word rather than an [`Instant`]'s two: nanoseconds since the first deadline
-/// this process made, saturating centuries on. Every entry holds one, so its size is paid once
-/// per cached token.
+/// A moment on the library's clock (`clock`) in one word rather than an [`Instant`]'s two:
+/// nanoseconds since an origin set before the first deadline this process made, saturating
+/// centuries on. Every entry holds one, so its size is paid once per cached token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Deadline(u64);
 
 impl Deadline {
     /// This moment.
     pub(crate) fn now() -> Deadline {
-        Deadline::at(Instant::now())
+        Deadline::at(clock::now())
     }
 
     /// `fresh` from now.
     pub(crate) fn after(fresh: Duration) -> Deadline {
-        let at = Deadline::at(Instant::now()).0;
+        let at = Deadline::at(clock::now()).0;
         Deadline(at.saturating_add(u64::try_from(fresh.as_nanos()).unwrap_or(u64::MAX)))
     }
 
     /// `instant`, or the origin for an instant before it.
+    ///
+    /// The origin is an hour (or as much as the monotonic clock allows) before the first
+    /// reading, on the monotonic clock rather than a paused one: a runtime with a paused clock
+    /// reads the time it was built at plus what its test advanced, so a test's instants may lie
+    /// before the first reading another test took, and must not all be clamped to the origin.
     fn at(instant: Instant) -> Deadline {
         static ORIGIN: OnceLock<Instant> = OnceLock::new();
-        let since = instant.saturating_duration_since(*ORIGIN.get_or_init(Instant::now));
+        let origin = *ORIGIN.get_or_init(|| {
+            let now = Instant::from_std(std::time::Instant::now());
+            [3600, 60, 1]
+                .into_iter()
+                .find_map(|secs| now.checked_sub(Duration::from_secs(secs)))
+                .unwrap_or(now)
+        });
+        let since = instant.saturating_duration_since(origin);
         Deadline(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
     }
 
@@ -117,7 +130,7 @@ impl Deadline {
 
     /// How long from now this moment is; zero once it has passed.
     pub(crate) fn left(self) -> Duration {
-        self.left_after(Instant::now())
+        self.left_after(clock::now())
     }
 
     /// How long after `now` this moment is; zero once it has passed.
@@ -140,7 +153,7 @@ mod tests {
 
     #[test]
     fn a_deadline_leaves_what_remains_of_its_lifetime() {
-        let now = Instant::now();
+        let now = clock::now();
         let left = Deadline::after(Duration::from_secs(60)).left_after(now);
         // `after` reads the clock after `now` did: the deadline is that much later.
         assert!(left <= Duration::from_millis(60_100), "{left:?}");
@@ -158,6 +171,6 @@ mod tests {
         let five_centuries = Duration::from_secs(500 * 365 * 24 * 3600);
         assert!(far.fresh_until() > Deadline::after(five_centuries));
         assert!(!far.fresh_until().has_passed());
-        assert!(far.fresh_until().left_after(Instant::now()) > five_centuries);
+        assert!(far.fresh_until().left_after(clock::now()) > five_centuries);
     }
 }

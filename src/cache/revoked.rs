@@ -16,7 +16,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::{self, Instant};
 
 /// Where the log stood when a look-up began: the number of revocations applied so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -79,7 +81,7 @@ impl RevocationLog {
 
     /// Records a revocation of `named`, or of everything for `None`.
     pub(crate) fn record(&self, named: Option<Named>) {
-        let now = Instant::now();
+        let now = clock::now();
         let mut recent = self.lock();
         let seq = self.applied.load(Ordering::Relaxed) + 1;
         match named {

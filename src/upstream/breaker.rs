@@ -10,8 +10,9 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::clock::{self, Instant};
 use crate::telemetry;
 
 /// The breaker settings: how many transient failures in a row open it, and for how long.
@@ -102,7 +103,7 @@ impl Breakers {
         let refused = match state.open_until {
             None => return Ok(admission(false)),
             Some(_) if state.probing => Duration::ZERO,
-            Some(until) => match until.checked_duration_since(Instant::now()) {
+            Some(until) => match until.checked_duration_since(clock::now()) {
                 Some(wait) if !wait.is_zero() => wait,
                 _ => {
                     state.probing = true;
@@ -149,7 +150,7 @@ impl Breakers {
             Outcome::Down => {
                 state.failures = state.failures.saturating_add(1);
                 if probe || state.failures >= self.config.threshold {
-                    state.open_until = Some(Instant::now() + self.config.cool_down);
+                    state.open_until = Some(clock::now() + self.config.cool_down);
                 }
             }
             Outcome::Neutral => {}
@@ -227,11 +228,18 @@ mod tests {
         assert!(b.admit(O).is_ok());
     }
 
-    #[test]
-    fn after_the_cool_down_one_probe_decides() {
+    // The cool-downs below pass on tokio's paused clock, moved by `advance`.
+    #[tokio::test(start_paused = true)]
+    async fn after_the_cool_down_one_probe_decides() {
         let b = breakers(1, 20);
         fail(&b, 1);
-        std::thread::sleep(Duration::from_millis(30));
+        tokio::time::advance(Duration::from_millis(19)).await;
+        assert_eq!(
+            b.admit(O).unwrap_err(),
+            Duration::from_millis(1),
+            "still cooling down"
+        );
+        tokio::time::advance(Duration::from_millis(1)).await;
         let probe = b.admit(O).unwrap();
         assert!(probe.is_probe());
         assert_eq!(
@@ -244,20 +252,20 @@ mod tests {
         assert!(b.admit(O).is_ok());
     }
 
-    #[test]
-    fn a_failed_probe_reopens_for_another_cool_down() {
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_probe_reopens_for_another_cool_down() {
         let b = breakers(5, 20);
         fail(&b, 5);
-        std::thread::sleep(Duration::from_millis(30));
+        tokio::time::advance(Duration::from_millis(30)).await;
         b.admit(O).unwrap().record(Outcome::Down);
-        assert!(b.admit(O).is_err());
+        assert_eq!(b.admit(O).unwrap_err(), Duration::from_millis(20));
     }
 
-    #[test]
-    fn a_cancelled_probe_lets_the_next_probe_go() {
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_probe_lets_the_next_probe_go() {
         let b = breakers(1, 10);
         fail(&b, 1);
-        std::thread::sleep(Duration::from_millis(20));
+        tokio::time::advance(Duration::from_millis(20)).await;
         drop(b.admit(O).unwrap());
         assert!(b.admit(O).unwrap().is_probe());
     }

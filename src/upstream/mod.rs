@@ -14,7 +14,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use reqwest::header::{
     HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CACHE_CONTROL, CONTENT_LENGTH, RETRY_AFTER,
@@ -26,6 +26,7 @@ use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
 use self::breaker::{Admission, Breakers, Outcome};
 use crate::answer::{parse_cache_control, parse_user, Freshness};
 use crate::auth_url::Endpoint;
+use crate::clock;
 use crate::error::{ApiHost, Cause, ResolveError};
 use crate::telemetry;
 use crate::user::User;
@@ -206,7 +207,7 @@ impl Upstream {
         on_request: &(dyn Fn(bool) + Sync),
         admission: Admission<'_>,
     ) -> Result<Reply, ResolveError> {
-        let deadline = tokio::time::Instant::now() + self.request_timeout;
+        let deadline = clock::now() + self.request_timeout;
         let mut attempt = 0;
         loop {
             let once = self.once(endpoint, token, on_request);
@@ -240,7 +241,7 @@ impl Upstream {
             // caused them, rather than as a timeout later.
             // Compared as what is left, not as `now + wait`: the API chooses `Retry-After`, and
             // a huge one would overflow an `Instant`.
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let left = deadline.saturating_duration_since(clock::now());
             if wait >= left {
                 return Err(error);
             }
@@ -274,7 +275,7 @@ impl Upstream {
         token: &str,
         on_request: &(dyn Fn(bool) + Sync),
     ) -> Result<Reply, TryError> {
-        let started = Instant::now();
+        let started = clock::now();
         let in_flight = metrics::gauge!(telemetry::UPSTREAM_IN_FLIGHT);
         in_flight.increment(1.0);
         let result = self.exchange(endpoint, token).await;

@@ -45,7 +45,7 @@ mod tier;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -56,6 +56,7 @@ pub use tier::RedisTier;
 use super::local::Fingerprint;
 use super::{Cached, TokenFingerprint};
 use crate::auth_url::Endpoint;
+use crate::clock::{self, Instant};
 use crate::error::ConfigError;
 use crate::telemetry;
 use conn::Conn;
@@ -447,13 +448,13 @@ impl SharedCache {
         let (backend, health) = (self.backend.clone(), self.health.clone());
         let insist_for = self.core.tombstone_ttl;
         runtime.spawn(async move {
-            let deadline = Instant::now() + insist_for;
+            let deadline = clock::now() + insist_for;
             let mut pause = Duration::from_millis(50);
             while attempt(&backend, &health, timeout, op, &work)
                 .await
                 .is_err()
                 && insist
-                && Instant::now() + pause < deadline
+                && clock::now() + pause < deadline
             {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
@@ -508,7 +509,7 @@ impl Health {
             .resting_until
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        resting.is_some_and(|until| Instant::now() < until)
+        resting.is_some_and(|until| clock::now() < until)
     }
 
     /// Counts and logs a failure (`detail` never holds a password or a token: Redis's errors
@@ -521,7 +522,7 @@ impl Health {
             .resting_until
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
+        let now = clock::now();
         if resting.is_some_and(|until| now < until) {
             tracing::debug!(op, detail, "shared cache (Redis) still unavailable");
         } else {
