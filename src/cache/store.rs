@@ -336,8 +336,9 @@ mod tests {
         assert!(matches!(cache.get(&prefix), Lookup::Absent));
     }
 
-    #[test]
-    fn each_entry_expires_after_its_own_ttl() {
+    // The lifetimes below pass on tokio's paused clock, which the entries' deadlines read.
+    #[tokio::test(start_paused = true)]
+    async fn each_entry_expires_after_its_own_ttl() {
         let cache = cache(Duration::ZERO);
         cache.insert(
             key("https://a.example", "short"),
@@ -347,14 +348,16 @@ mod tests {
             key("https://a.example", "long"),
             &user(2, Duration::from_secs(60)),
         );
-        std::thread::sleep(Duration::from_millis(120));
         let get = |t| at_a(&cache, t);
+        tokio::time::advance(Duration::from_millis(49)).await;
+        assert_eq!(fresh_id(get("short")), Some(1));
+        tokio::time::advance(Duration::from_millis(1)).await;
         assert!(matches!(get("short"), Lookup::Absent));
         assert_eq!(fresh_id(get("long")), Some(2));
     }
 
-    #[test]
-    fn users_outlive_their_freshness_by_the_stale_window_and_rejections_do_not() {
+    #[tokio::test(start_paused = true)]
+    async fn users_outlive_their_freshness_by_the_stale_window_and_rejections_do_not() {
         let cache = cache(Duration::from_secs(60));
         let fresh = Duration::from_millis(50);
         cache.insert(key("https://a.example", "user"), &user(1, fresh));
@@ -362,13 +365,18 @@ mod tests {
             key("https://a.example", "rejected"),
             &Cached::rejected(401, fresh),
         );
-        std::thread::sleep(Duration::from_millis(120));
+        tokio::time::advance(Duration::from_millis(120)).await;
         let get = |t| at_a(&cache, t);
         assert!(
             matches!(get("user"), Lookup::Stale(user) if user.id == 1),
             "a user is kept through the stale window, no longer fresh"
         );
         assert!(matches!(get("rejected"), Lookup::Absent));
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(
+            matches!(get("user"), Lookup::Absent),
+            "and no longer than the stale window"
+        );
     }
 
     #[test]
@@ -429,8 +437,8 @@ mod tests {
         assert_eq!(cache.entry_count(), 1);
     }
 
-    #[test]
-    fn rejections_die_after_the_negative_time_to_live() {
+    #[tokio::test(start_paused = true)]
+    async fn rejections_die_after_the_negative_time_to_live() {
         let cache = Store::new(
             10,
             Duration::from_secs(60),
@@ -445,7 +453,7 @@ mod tests {
             at_a(&cache, "no"),
             Lookup::Fresh(Verdict::Rejected(401))
         ));
-        std::thread::sleep(Duration::from_millis(120));
+        tokio::time::advance(Duration::from_millis(120)).await;
         assert!(matches!(at_a(&cache, "no"), Lookup::Absent));
     }
 }

@@ -133,6 +133,8 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
+    use token_resolver_support as support;
+
     use super::*;
     use crate::auth_url::Endpoint;
 
@@ -146,14 +148,28 @@ mod tests {
         Endpoint::parse(EP, false).unwrap()
     }
 
-    // On tokio's paused clock: the waits below are the tasks' own order, not time.
+    /// How many callers are seated on `token`'s flight (0 without one).
+    fn seated(flights: &Flights<u32>, token: &str) -> usize {
+        let key = KeyRef {
+            endpoint: &endpoint(),
+            token,
+        };
+        flights
+            .lock()
+            .get(&key as &dyn KeyView)
+            .map_or(0, |flight| Arc::strong_count(flight) - 1)
+    }
+
+    // On tokio's paused clock, so that `eventually` costs no real time.
     #[tokio::test(start_paused = true)]
     async fn concurrent_callers_share_one_call_and_the_flight_is_removed() {
         let flights = Arc::new(Flights::<u32>::new());
         let calls = Arc::new(AtomicUsize::new(0));
+        // The call ends when the test says, once every caller is seated on its flight.
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
         let tasks: Vec<_> = (0..50)
             .map(|_| {
-                let (flights, calls) = (flights.clone(), calls.clone());
+                let (flights, calls, release) = (flights.clone(), calls.clone(), release.clone());
                 tokio::spawn(async move {
                     let key = KeyRef {
                         endpoint: &endpoint(),
@@ -165,7 +181,7 @@ mod tests {
                             || owned("t"),
                             || async {
                                 calls.fetch_add(1, Ordering::SeqCst);
-                                tokio::time::sleep(Duration::from_millis(50)).await;
+                                let _ = release.acquire().await;
                                 7
                             },
                         )
@@ -173,6 +189,11 @@ mod tests {
                 })
             })
             .collect();
+        support::eventually("every caller seated on one flight", || {
+            seated(&flights, "t") == 50
+        })
+        .await;
+        release.close();
         let mut ran = 0;
         for task in tasks {
             let (value, led) = task.await.unwrap();
@@ -196,7 +217,7 @@ mod tests {
             f.run(&key, || owned("t"), std::future::pending::<u32>)
                 .await
         });
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        support::eventually("the leader seated", || seated(&flights, "t") == 1).await;
         let f = flights.clone();
         let waiter = tokio::spawn(async move {
             let key = KeyRef {
@@ -205,7 +226,7 @@ mod tests {
             };
             f.run(&key, || owned("t"), || async { 9 }).await
         });
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        support::eventually("the waiter seated", || seated(&flights, "t") == 2).await;
         leader.abort();
         assert_eq!(waiter.await.unwrap(), (9, true));
         assert_eq!(flights.len(), 0);
