@@ -437,17 +437,20 @@ async fn token_past_its_ttl_is_rejected() {
     assert_eq!(error_code(response).await, "invalid_token");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn token_works_until_its_ttl_then_stops() {
-    // With a 1 s ttl a token works at once, and no longer after 1.2 s.
+    // With a 1 s ttl a token works at once, and no longer 1.2 s after it was issued (on the
+    // paused clock, which the API's token expiry reads).
     let running = start(Duration::from_secs(1)).await;
     let api = Api::new(&running);
     let cookie = api.password_login("alice", "wonderland").await;
     let token = api.access_token(&cookie).await;
+    // A moment passes, as it does in real time: less than the second is left.
+    tokio::time::advance(Duration::from_millis(1)).await;
     let response = api.user(&token).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(max_age(&response), 0);
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    tokio::time::advance(Duration::from_millis(1200)).await;
     assert_eq!(api.user(&token).await.status(), StatusCode::UNAUTHORIZED);
 }
 
