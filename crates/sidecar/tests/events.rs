@@ -94,7 +94,8 @@ async fn a_sidecar_started_again_on_the_same_port_tells_a_stream_from_before_to_
     assert!(back.within(Duration::from_millis(200)).await.is_none());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// Paused: everything is in-process on loopback, and the reclaimer waits on tokio's clock.
+#[tokio::test(start_paused = true)]
 async fn the_sessions_of_a_game_server_that_no_longer_reads_are_reclaimed() {
     let config = SidecarConfig {
         reclaim_after: Some(Duration::from_millis(400)),
@@ -112,7 +113,8 @@ async fn the_sessions_of_a_game_server_that_no_longer_reads_are_reclaimed() {
     let last = events.next().await;
     assert_eq!(last.data["session"], "b");
     // Read: kept, however long.
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    tokio::time::advance(Duration::from_millis(900)).await;
+    tokio::task::yield_now().await;
     assert_eq!(parties.sidecar.sidecar().sessions(), 1, "a reader holds it");
 
     // The game server is gone: no reader, no DELETE.
