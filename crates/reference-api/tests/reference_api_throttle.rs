@@ -113,10 +113,11 @@ async fn one_address_is_throttled_across_usernames_and_forwarded_for_is_ignored(
     assert_eq!(second.login("bob", "builder").await.status(), 200);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_lockout_doubles_with_each_further_failure_up_to_the_cap() {
     // With a 1 s first lockout capped at 2 s: Retry-After 1 at the limit, 2 after one more
-    // failure, and still 2 after another.
+    // failure, and still 2 after another. Each lockout is waited out on the paused clock,
+    // which the throttle reads.
     let running = start(LoginLimits {
         first_lockout: Duration::from_secs(1),
         max_lockout: Duration::from_secs(2),
@@ -133,7 +134,7 @@ async fn the_lockout_doubles_with_each_further_failure_up_to_the_cap() {
         assert_eq!(response.status(), 429);
         let wait = retry_after(&response);
         waits.push(wait);
-        tokio::time::sleep(Duration::from_secs(wait) + Duration::from_millis(100)).await;
+        tokio::time::advance(Duration::from_secs(wait) + Duration::from_millis(100)).await;
         assert_eq!(api.login("carol", "wrong").await.status(), 401);
     }
     assert_eq!(waits, [1, 2, 2]);
