@@ -173,8 +173,9 @@ async fn a_flood_of_guests_from_many_addresses_ends_old_guests_never_a_password_
     assert_eq!(api.login("alice", "wonderland").await.status(), 200);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_guest_unseen_for_its_lifetime_is_forgotten_and_its_device_comes_back_as_a_new_guest() {
+    // The guest's lifetime passes on the paused clock, which the API's store reads.
     let running = start(SessionLimits {
         guest_ttl: Duration::from_millis(300),
         ..SessionLimits::default()
@@ -183,7 +184,7 @@ async fn a_guest_unseen_for_its_lifetime_is_forgotten_and_its_device_comes_back_
     let api = ApiCalls::from_address(&running.base_url(), loopback(2));
     let (first_id, cookie) = guest(&api, "tablet", None).await;
     let token = api.token(&cookie).await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::advance(Duration::from_millis(400)).await;
     let (second_id, _) = guest(&api, "tablet", None).await;
     assert_ne!(second_id, first_id, "the guest was forgotten");
     assert!(!resolves(&api, &token).await, "with its sessions");
@@ -216,8 +217,9 @@ async fn forwarded_for_names_the_client_only_when_the_peer_is_a_trusted_proxy() 
     assert_eq!(over.status(), 429);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_session_whose_guest_was_forgotten_gets_no_token_rather_than_a_dead_one() {
+    // The guest's lifetime passes on the paused clock, which the API's store reads.
     let running = start(SessionLimits {
         guest_ttl: Duration::from_millis(300),
         ..SessionLimits::default()
@@ -225,7 +227,7 @@ async fn a_session_whose_guest_was_forgotten_gets_no_token_rather_than_a_dead_on
     .await;
     let api = ApiCalls::from_address(&running.base_url(), loopback(2));
     let (_, cookie) = guest(&api, "phone", None).await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::advance(Duration::from_millis(400)).await;
     let refused = api.token_raw(&cookie, None).await;
     assert_eq!(refused.status(), 401);
     assert_eq!(json_of(refused).await["error"], "invalid_session");
