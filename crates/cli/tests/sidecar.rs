@@ -6,7 +6,6 @@ use token_resolver_support as support;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -134,17 +133,13 @@ async fn the_sidecar_subcommand_serves_its_three_listeners_and_drains_on_sigterm
         .status()
         .unwrap();
     assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let exited = loop {
-        if let Some(status) = sidecar.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the sidecar did not exit after SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    support::eventually_async("the sidecar exits after SIGTERM", || {
+        let exited = sidecar.child.try_wait().unwrap().is_some();
+        async move { exited }
+    })
+    .await;
+    // The status try_wait saw.
+    let exited = sidecar.child.wait().unwrap();
     assert!(exited.success(), "{exited:?}");
     let _ = std::fs::remove_file(config);
     let _ = std::fs::remove_file(grants);

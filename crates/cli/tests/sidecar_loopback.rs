@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The `token-resolver` binary.
 const BIN: &str = env!("CARGO_BIN_EXE_token-resolver");
@@ -92,15 +92,19 @@ fn allow_non_loopback_starts_it_with_a_warning_naming_what_is_exposed() {
 
 /// What `command` printed and its exit status, killed if it still runs after `within`.
 fn exit_within(command: &mut Command, within: Duration) -> Output {
-    let mut child = (command.stdout(Stdio::piped()).stderr(Stdio::piped()))
+    let child = (command.stdout(Stdio::piped()).stderr(Stdio::piped()))
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + within;
-    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    child.wait_with_output().unwrap()
+    let pid = child.id();
+    let (done, exited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output().unwrap()));
+    exited.recv_timeout(within).unwrap_or_else(|_| {
+        // Still running: the waiting thread reaps it and sends what it printed.
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        exited.recv().unwrap()
+    })
 }
 
 /// Runs `command` until its banner is out, kills it, and returns the banner and its stderr.
