@@ -7,10 +7,11 @@
 
 use token_resolver_support as support;
 
+use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fantoccini::{ClientBuilder, Locator};
 use serde_json::json;
@@ -58,18 +59,26 @@ fn chromedriver() -> Option<SocketAddr> {
                 .local_addr()
                 .unwrap()
                 .port();
-            let child = Command::new("chromedriver")
+            let mut child = Command::new("chromedriver")
                 .arg(format!("--port={port}"))
-                .stdout(Stdio::null())
+                .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("chromedriver starts");
+            // It says when it listens ("ChromeDriver was started successfully on port N."); what
+            // it prints later is drained, so that it never blocks on a full pipe.
+            let stdout = BufReader::new(child.stdout.take().unwrap());
+            let (listening, told) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                for line in stdout.lines().map_while(Result::ok) {
+                    if line.contains("started successfully") {
+                        let _ = listening.send(());
+                    }
+                }
+            });
+            told.recv_timeout(Duration::from_secs(20))
+                .expect("chromedriver does not listen");
             let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while std::net::TcpStream::connect(addr).is_err() {
-                assert!(Instant::now() < deadline, "chromedriver does not listen");
-                std::thread::sleep(Duration::from_millis(50));
-            }
             Some((addr, child))
         })
         .as_ref()
