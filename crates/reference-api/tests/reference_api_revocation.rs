@@ -5,13 +5,17 @@
 
 use token_resolver_support as support;
 
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
-use support::{eventually, json_of, reference_api_with, ApiCalls, RevokeRecorder};
+use support::{
+    eventually, eventually_async, json_of, reference_api_with, ApiCalls, RevokeRecorder,
+};
 use token_resolver_reference_api::{
     AdminSecret, ApiConfig, RunningApi, SessionLimits, MAX_TOKENS_PER_SESSION,
 };
+use tokio::time::Instant;
 
 const SECRET: &str = "s3cret-admin-token-of-32-bytes!!";
 
@@ -29,11 +33,34 @@ fn bearer() -> String {
     format!("Bearer {SECRET}")
 }
 
-/// Waits until `recorder` has `n` calls, then a little longer to see that no more come.
-async fn settled_calls(recorder: &RevokeRecorder, n: usize) -> Vec<support::RevokeCall> {
+/// Waits until `recorder` has `n` calls and `running` has nothing left to send: every notice
+/// was taken or given up on, so no further call can come (every call comes from an outbox).
+async fn settled_calls(
+    running: &RunningApi,
+    recorder: &RevokeRecorder,
+    n: usize,
+) -> Vec<support::RevokeCall> {
     eventually(&format!("{n} revoke calls"), || recorder.calls().len() >= n).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually("nothing left to send", || {
+        running.api().pending_notifications() == 0
+    })
+    .await;
     recorder.calls()
+}
+
+/// When each call reached a recorder, on tokio's clock (paused in the tests of pauses): a
+/// recorder's script is called as each call arrives, and marks it.
+#[derive(Clone, Default)]
+struct Arrivals(Arc<Mutex<Vec<Instant>>>);
+
+impl Arrivals {
+    fn mark(&self) {
+        self.0.lock().unwrap().push(Instant::now());
+    }
+
+    fn all(&self) -> Vec<Instant> {
+        self.0.lock().unwrap().clone()
+    }
 }
 
 /// Now, in Unix milliseconds.
@@ -89,7 +116,7 @@ async fn logout_notifies_the_session_once_by_its_sid_with_the_auth_url_and_the_s
     assert_eq!(api.logout(&ending).await.status(), 204);
     let after = unix_ms();
 
-    let calls = settled_calls(&recorder, 1).await;
+    let calls = settled_calls(&running, &recorder, 1).await;
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(
         dated(&calls[0].body, before..=after),
@@ -119,7 +146,7 @@ async fn a_logout_of_a_session_that_took_every_token_it_may_is_one_notification(
     }
     assert_eq!(api.token_raw(&cookie, None).await.status(), 403);
     assert_eq!(api.logout(&cookie).await.status(), 204);
-    let calls = settled_calls(&recorder, 1).await;
+    let calls = settled_calls(&running, &recorder, 1).await;
     assert_eq!(calls.len(), 1, "one notice, not one per token");
     assert!(calls[0].body["session"].is_string(), "{:?}", calls[0].body);
 }
@@ -138,19 +165,23 @@ async fn the_public_url_is_the_auth_url_of_every_notification() {
     .await;
     let api = ApiCalls::new(&running.base_url());
     api.admin("ban", Some(&bearer()), r#"{"user_id":2}"#).await;
-    let calls = settled_calls(&recorder, 1).await;
+    let calls = settled_calls(&running, &recorder, 1).await;
     assert_eq!(
         dated(&calls[0].body, 0..=unix_ms()),
         json!({ "user_id": 2, "auth_url": "https://auth.example.test" })
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_game_server_down_for_longer_than_the_old_tries_still_gets_the_ban() {
     // A game server refusing with 503 for 10 s (longer than the five tries of old): the ban
-    // is retried until it is taken, and what is pending shows meanwhile.
+    // is retried until it is taken, and what is pending shows meanwhile. The 10 s pass on the
+    // paused clock, which the notifier's waits read.
     let started = Instant::now();
+    let arrivals = Arrivals::default();
+    let marks = arrivals.clone();
     let recorder = RevokeRecorder::scripted(move |_| {
+        marks.mark();
         let status = if started.elapsed() < Duration::from_secs(10) {
             503
         } else {
@@ -180,17 +211,14 @@ async fn a_game_server_down_for_longer_than_the_old_tries_still_gets_the_ban() {
         target["last_error"].as_str().unwrap().contains("503"),
         "{target}"
     );
-    tokio::time::sleep_until((started + Duration::from_secs(10)).into()).await;
+    tokio::time::sleep_until(started + Duration::from_secs(10)).await;
     assert_eq!(
         running.api().pending_notifications(),
         1,
         "still pending, not given up on"
     );
     eventually("the ban is taken", || {
-        recorder
-            .calls()
-            .last()
-            .is_some_and(|c| c.at >= started + Duration::from_secs(10))
+        (arrivals.all().last()).is_some_and(|at| *at >= started + Duration::from_secs(10))
     })
     .await;
     eventually("nothing pending", || {
@@ -232,26 +260,32 @@ async fn logout_does_not_wait_for_a_slow_or_dead_game_server() {
     eventually("the slow game server is called", || slow.calls().len() == 1).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failing_game_server_is_retried_until_it_takes_the_revocation() {
-    // Two 503s, then 200: the same revocation arrives three times, with growing pauses, and
-    // no more after it is taken.
-    let recorder =
-        RevokeRecorder::scripted(|n| (if n < 2 { 503 } else { 200 }, Duration::ZERO)).await;
+    // Two 503s, then 200: the same revocation arrives three times, with growing pauses (on
+    // the paused clock, which the notifier's backoff reads), and no more after it is taken.
+    let arrivals = Arrivals::default();
+    let marks = arrivals.clone();
+    let recorder = RevokeRecorder::scripted(move |n| {
+        marks.mark();
+        (if n < 2 { 503 } else { 200 }, Duration::ZERO)
+    })
+    .await;
     let running = api_notifying(&[&recorder]).await;
     let api = ApiCalls::new(&running.base_url());
     let cookie = api.session("carol", "carolina").await;
     let token = api.token(&cookie).await;
     assert_eq!(api.logout(&cookie).await.status(), 204);
 
-    let calls = settled_calls(&recorder, 3).await;
+    let calls = settled_calls(&running, &recorder, 3).await;
     assert_eq!(calls.len(), 3, "{calls:?}");
     assert!(api.user(&token).await.status() == 401);
     for call in &calls {
         assert_eq!(call.body, calls[0].body, "the same notice each time");
     }
-    let first_pause = calls[1].at - calls[0].at;
-    let second_pause = calls[2].at - calls[1].at;
+    let at = arrivals.all();
+    let first_pause = at[1] - at[0];
+    let second_pause = at[2] - at[1];
     assert!(first_pause >= Duration::from_millis(350), "{first_pause:?}");
     assert!(
         second_pause > first_pause,
@@ -259,17 +293,23 @@ async fn a_failing_game_server_is_retried_until_it_takes_the_revocation() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_game_server_answering_401_404_or_503_has_not_taken_the_ban_yet() {
     // 401 (a secret the game server does not know yet), 404 (an authUrl it does not serve yet,
     // or an admin URL wrong for now) and 503 with Retry-After (pending on that node: its link
     // to the shared tier is down) are not deliveries: the ban stays pending, shown as such,
-    // and is tried again (not before the Retry-After) until a 200 takes it.
-    let recorder = RevokeRecorder::scripted_retry_after(|n| match n {
-        0 => (401, Duration::ZERO, None),
-        1 => (404, Duration::ZERO, None),
-        2 => (503, Duration::ZERO, Some(3)),
-        _ => (200, Duration::ZERO, None),
+    // and is tried again (not before the Retry-After, waited out on the paused clock) until a
+    // 200 takes it.
+    let arrivals = Arrivals::default();
+    let marks = arrivals.clone();
+    let recorder = RevokeRecorder::scripted_retry_after(move |n| {
+        marks.mark();
+        match n {
+            0 => (401, Duration::ZERO, None),
+            1 => (404, Duration::ZERO, None),
+            2 => (503, Duration::ZERO, Some(3)),
+            _ => (200, Duration::ZERO, None),
+        }
     })
     .await;
     let running = api_notifying(&[&recorder]).await;
@@ -297,7 +337,7 @@ async fn a_game_server_answering_401_404_or_503_has_not_taken_the_ban_yet() {
     .await;
     assert_eq!(target["bans"], 1, "{target}");
 
-    let calls = settled_calls(&recorder, 4).await;
+    let calls = settled_calls(&running, &recorder, 4).await;
     assert_eq!(calls.len(), 4, "delivered once, then no more: {calls:?}");
     for call in &calls {
         assert_eq!(
@@ -307,7 +347,8 @@ async fn a_game_server_answering_401_404_or_503_has_not_taken_the_ban_yet() {
         );
     }
     assert_eq!(calls[0].body, calls[3].body);
-    let after_503 = calls[3].at - calls[2].at;
+    let at = arrivals.all();
+    let after_503 = at[3] - at[2];
     assert!(
         after_503 >= Duration::from_secs(3),
         "Retry-After honoured: {after_503:?}"
@@ -323,16 +364,21 @@ async fn a_game_server_answering_401_404_or_503_has_not_taken_the_ban_yet() {
 /// The first game server's entry in `GET /api/admin/notifications` once `holds` holds of it;
 /// fails after 10 s.
 async fn target_once(api: &ApiCalls, holds: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let answer = api.admin_get("notifications", &bearer()).await;
-        let target = serde_json::from_str::<Value>(&answer).unwrap()["targets"][0].clone();
-        if holds(&target) {
-            return target;
+    let last = Arc::new(Mutex::new(Value::Null));
+    eventually_async("the game server's entry to hold", || {
+        let last = last.clone();
+        let holds = &holds;
+        async move {
+            let answer = api.admin_get("notifications", &bearer()).await;
+            let target = serde_json::from_str::<Value>(&answer).unwrap()["targets"][0].clone();
+            let held = holds(&target);
+            *last.lock().unwrap() = target;
+            held
         }
-        assert!(Instant::now() < deadline, "never held: {target}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    })
+    .await;
+    let target = last.lock().unwrap().clone();
+    target
 }
 
 #[tokio::test]
@@ -346,10 +392,10 @@ async fn a_game_server_refusing_the_body_is_not_retried() {
     api.token(&cookie).await;
     api.logout(&cookie).await;
     eventually("one call", || recorder.calls().len() == 1).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Given up on: counted as dropped and out of the outbox, so no try can follow (a retry
+    // would have left it pending and not dropped).
+    let target = target_once(&api, |t| t["dropped"] == 1).await;
     assert_eq!(recorder.calls().len(), 1);
-    let answer = api.admin_get("notifications", &bearer()).await;
-    let target = serde_json::from_str::<Value>(&answer).unwrap()["targets"][0].clone();
     assert_eq!(
         (
             target["logouts"].clone(),
@@ -391,7 +437,7 @@ async fn ban_revokes_at_once_refuses_login_notifies_and_unban_lets_in() {
     assert_eq!(json_of(response).await, json!({ "error": "banned" }));
     assert_eq!(api.login("alice", "wrong").await.status(), 401);
 
-    let calls = settled_calls(&recorder, 1).await;
+    let calls = settled_calls(&running, &recorder, 1).await;
     assert_eq!(calls.len(), 1);
     assert_eq!(
         dated(&calls[0].body, before..=after),
@@ -512,10 +558,11 @@ async fn user_answers_exp_in_unix_seconds() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn expires_in_asks_for_a_shorter_token_capped_at_the_ttl() {
-    // {"expires_in": 2} gives a token that lives 2 s (exp and max-age say so, and it stops);
-    // more than the API's token lifetime is cut to it.
+    // {"expires_in": 2} gives a token that lives 2 s (exp and max-age say so, and it stops,
+    // on the paused clock the API's store reads); more than the API's token lifetime is cut
+    // to it.
     let running = reference_api_with(ApiConfig::default()).await;
     let api = ApiCalls::new(&running.base_url());
     let cookie = api.session("carol", "carolina").await;
@@ -540,7 +587,7 @@ async fn expires_in_asks_for_a_shorter_token_capped_at_the_ttl() {
         (before + 1..=unix_now() + 2).contains(&exp),
         "exp {exp}, now {before}"
     );
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    tokio::time::advance(Duration::from_millis(2100)).await;
     assert_eq!(api.user(&token).await.status(), 401);
 
     let answer = json_of(
