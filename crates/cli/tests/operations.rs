@@ -122,14 +122,23 @@ async fn draining_turns_readyz_503_and_tells_an_idle_client_to_go() {
 async fn a_message_in_progress_finishes_before_the_shutdown_message() {
     // Pins down "lets messages in progress finish": a connect whose resolution is under way
     // when the drain starts is answered, then the client is told to go.
-    let upstream = Scripted::start(|_, _| async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        user_answer(7, "grace")
-    })
-    .await;
+    // The API answers once the test lets it, when the drain is under way.
+    let answer = std::sync::Arc::new(tokio::sync::Notify::new());
+    let upstream = {
+        let answer = answer.clone();
+        Scripted::start(move |_, _| {
+            let answer = answer.clone();
+            async move {
+                answer.notified().await;
+                user_answer(7, "grace")
+            }
+        })
+        .await
+    };
     let resolver = resolver_for(&upstream.url()).build().unwrap();
     let game = game_server(resolver, vec![room("lobby", None)]).await;
-    let mut client = GameClient::open(game.local_addr()).await.unwrap();
+    let game_addr = game.local_addr();
+    let mut client = GameClient::open(game_addr).await.unwrap();
     let connecting = tokio::spawn(async move {
         let user = client.connect(Some("a-token")).await;
         (client, user)
@@ -139,6 +148,12 @@ async fn a_message_in_progress_finishes_before_the_shutdown_message() {
     })
     .await;
     let drained = tokio::spawn(game.drain(Duration::from_secs(5)));
+    // A draining server accepts no connection.
+    support::eventually_async("the drain started", || async {
+        tokio::net::TcpStream::connect(game_addr).await.is_err()
+    })
+    .await;
+    answer.notify_one();
     let (mut client, user) = connecting.await.unwrap();
     assert_eq!(user.unwrap().unwrap().id, 7, "the connect was answered");
     assert_eq!(client.read_answer().await.unwrap()["type"], "shutdown");
@@ -150,7 +165,7 @@ async fn sessions_still_open_after_the_grace_are_cut() {
     // Pins down the bound on draining: a session stuck in a resolution is cut when the grace
     // is over, and the drain returns soon after.
     let upstream = Scripted::start(|_, _| async {
-        tokio::time::sleep(Duration::from_secs(30)).await;
+        std::future::pending::<()>().await;
         user_answer(1, "never")
     })
     .await;
