@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use token_resolver_reference_api::{ApiConfig, RunningApi, ServeLimits};
-use token_resolver_support::{closed_within, get_and_close};
+use token_resolver_support::{closed_within, eventually, eventually_async, get_and_close};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -77,8 +77,12 @@ async fn one_address_past_its_share_is_answered_503_and_served_once_it_lets_go()
     for _ in 0..4 {
         held.push(TcpStream::connect(addr).await.unwrap());
     }
-    // The accept loop counts them in order: let it see all four.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The accept loop counts them in order: let it see all four (it admits each as it counts
+    // it, before the next await).
+    eventually("the four connections accepted", || {
+        running.connections_accepted() == 4
+    })
+    .await;
     let refused = get_and_close(addr, "/play.css").await;
     assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
     assert!(
@@ -86,21 +90,19 @@ async fn one_address_past_its_share_is_answered_503_and_served_once_it_lets_go()
         "{refused}"
     );
     held.pop();
-    let mut served = String::new();
-    for _ in 0..50 {
-        served = get_and_close(addr, "/play.css").await;
-        if served.starts_with("HTTP/1.1 200") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
+    eventually_async("served once one of the four closed", || async {
+        get_and_close(addr, "/play.css")
+            .await
+            .starts_with("HTTP/1.1 200")
+    })
+    .await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn http2_in_the_clear_is_served_and_an_idle_connection_is_closed() {
     // Pins down HTTP/2 where the API means it (a client's preface in the clear), within an
     // idle timeout: after one answer and nothing in flight, the server closes the connection.
+    // Client and server run on this runtime, so the wait is on its paused clock.
     const IDLE: Duration = Duration::from_millis(600);
     let running = api(ServeLimits {
         h2_idle_timeout: IDLE,
@@ -116,6 +118,9 @@ async fn http2_in_the_clear_is_served_and_an_idle_connection_is_closed() {
     assert_eq!(answer.version(), reqwest::Version::HTTP_2);
     assert!(answer.status().is_success());
     let opened = running.connections_accepted();
+    // A sleep, not advance(): on the paused clock it costs no real time, yet lets the steps of
+    // the close (idle timer, GOAWAY, the client's ping answer, the close) run one after the
+    // other, each at its time, where advance() would jump past all of them at once.
     tokio::time::sleep(IDLE + MARGIN).await;
     let again = client.get(&url).send().await.unwrap();
     assert!(again.status().is_success());
