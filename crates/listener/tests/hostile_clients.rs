@@ -3,15 +3,17 @@
 //! connections, and HTTP/2 where only HTTP/1.1 is meant.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::routing::get;
 use axum::Router;
 use token_resolver_listener::http::{serve, HttpLimits};
 use token_resolver_listener::ServerTask;
-use token_resolver_support::{closed_within, get_and_close, read_all};
+use token_resolver_support::{closed_within, eventually_async, get_and_close, read_all};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 
 const HEAD_DEADLINE: Duration = Duration::from_millis(400);
 
@@ -68,7 +70,8 @@ async fn a_connection_past_the_cap_is_answered_503_with_retry_after() {
             .unwrap();
         holders.push(stream);
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // No wait for the holders to be accepted: the kernel queued their connections before this
+    // one's, and the accept loop takes them in that order, admitting each before the next.
     let started = Instant::now();
     let answer = get_and_close(addr, "/healthz").await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
@@ -119,8 +122,8 @@ async fn http2_prior_knowledge_is_not_served() {
 
 #[tokio::test]
 async fn a_stop_lets_the_request_in_progress_finish() {
-    // A graceful stop with a client mid-request: its request is still answered, then the
-    // listener is gone.
+    // A graceful stop with a client mid-request: its request is still answered (the handler
+    // is let finish only once the listener has stopped accepting), then the listener is gone.
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let limits = HttpLimits {
@@ -129,10 +132,13 @@ async fn a_stop_lets_the_request_in_progress_finish() {
         header_timeout: HEAD_DEADLINE,
         request_timeout: Duration::from_secs(5),
     };
+    let (begun, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let (handler_begun, handler_release) = (begun.clone(), release.clone());
     let router = Router::new().route(
         "/slow",
-        get(|| async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+        get(move || async move {
+            handler_begun.notify_one();
+            handler_release.notified().await;
             "done"
         }),
     );
@@ -142,8 +148,14 @@ async fn a_stop_lets_the_request_in_progress_finish() {
         .write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    task.shutdown(Duration::from_secs(5)).await;
+    begun.notified().await;
+    let stopping = tokio::spawn(task.shutdown(Duration::from_secs(5)));
+    eventually_async("the listener to stop accepting", || async {
+        TcpStream::connect(addr).await.is_err()
+    })
+    .await;
+    release.notify_one();
+    stopping.await.unwrap();
     let answer = read_all(&mut stream, Duration::from_secs(5)).await;
     assert!(answer.ends_with("done"), "{answer:?}");
     assert!(TcpStream::connect(addr).await.is_err(), "still accepting");
