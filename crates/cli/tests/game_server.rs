@@ -327,7 +327,8 @@ async fn a_silent_connection_is_closed_after_the_idle_timeout() {
     assert!(client.read_answer().await.is_err());
 }
 
-#[tokio::test]
+// Paused: the game server and the API run in-process, and the login timeout is on tokio's clock.
+#[tokio::test(start_paused = true)]
 async fn a_squatter_that_chats_but_never_logs_in_is_closed_at_the_login_timeout() {
     // Pins down "authenticate or leave": with one slot, a client that sends search_room every
     // 100 ms and never connects is told login_timeout and closed once the login timeout from
@@ -341,12 +342,12 @@ async fn a_squatter_that_chats_but_never_logs_in_is_closed_at_the_login_timeout(
         ..Default::default()
     };
     let game = game_server_with(resolver_for(&api.base_url()).build().unwrap(), config).await;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let mut squatter = GameClient::open(game.local_addr()).await.unwrap();
     let chatting = async {
         loop {
             match squatter.search_rooms().await {
-                Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                Ok(_) => tokio::time::advance(Duration::from_millis(100)).await,
                 Err(e) => break e,
             }
         }
@@ -362,23 +363,24 @@ async fn a_squatter_that_chats_but_never_logs_in_is_closed_at_the_login_timeout(
     );
     assert!(squatter.read_answer().await.is_err(), "and closed");
 
-    let mut player = None;
-    for _ in 0..50 {
+    let player = std::sync::Mutex::new(None);
+    support::eventually_async("the real player gets the slot", || async {
         let mut client = GameClient::open(game.local_addr()).await.unwrap();
-        if let Ok(me) = client.connect(Some(&token)).await {
-            player = me;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        let me = client.connect(Some(&token)).await;
+        let connected = me.is_ok();
+        *player.lock().unwrap() = me.ok().flatten();
+        connected
+    })
+    .await;
     assert_eq!(
-        player.map(|p| p.id),
+        player.into_inner().unwrap().map(|p| p.id),
         Some(1),
         "the real player got the slot"
     );
 }
 
-#[tokio::test]
+// Paused: the game server and the API run in-process, and the login timeout is on tokio's clock.
+#[tokio::test(start_paused = true)]
 async fn a_player_who_logged_in_outlives_the_login_timeout() {
     // Pins down that the login timeout ends with a login: a connected player stays past it.
     let api = reference_api().await;
@@ -390,7 +392,7 @@ async fn a_player_who_logged_in_outlives_the_login_timeout() {
     let game = game_server_with(resolver_for(&api.base_url()).build().unwrap(), config).await;
     let mut client = GameClient::open(game.local_addr()).await.unwrap();
     client.connect(Some(&token)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::advance(Duration::from_millis(700)).await;
     assert!(client.search_rooms().await.is_ok(), "still served");
 }
 
@@ -411,16 +413,11 @@ async fn connections_past_the_limit_are_refused_with_server_busy() {
     assert_eq!(answer["error"], SERVER_BUSY);
     assert_eq!(answer["retryable"], true);
     drop(first);
-    let mut third = None;
-    for _ in 0..50 {
+    support::eventually_async("the slot is freed", || async {
         let mut c = GameClient::open(game.local_addr()).await.unwrap();
-        if c.search_rooms().await.is_ok() {
-            third = Some(c);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(third.is_some(), "the slot was never freed");
+        c.search_rooms().await.is_ok()
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -447,13 +444,10 @@ async fn a_closed_connection_leaves_its_room() {
         (0, 1)
     );
     drop(client);
-    for _ in 0..50 {
-        if game.members("arena").is_empty() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the closed connection is still in the arena");
+    support::eventually("the closed connection leaves the arena", || {
+        game.members("arena").is_empty()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
