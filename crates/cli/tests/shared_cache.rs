@@ -8,7 +8,7 @@ use token_resolver_support as support;
 /// The `token-resolver` binary these tests run.
 const BIN: &str = env!("CARGO_BIN_EXE_token-resolver");
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::{eventually, login_and_take_token, reference_api, resolver_for, Scripted};
 use token_resolver::{RedisTier, RedisTierError, Resolver};
@@ -186,8 +186,7 @@ async fn a_wrong_password_is_reported_counted_and_never_logged() {
 /// Runs `token-resolver game-server` with `args` until it exits or 10 s pass: its status and
 /// stderr, or `None` if it was still running (then it is killed).
 fn game_server_exit(args: &[&str], envs: &[(&str, &str)]) -> Option<(i32, String)> {
-    use std::io::Read;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_token-resolver"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_token-resolver"))
         .args(["game-server", "--listen", "127.0.0.1:0"])
         .args(args)
         .envs(envs.iter().copied())
@@ -195,23 +194,23 @@ fn game_server_exit(args: &[&str], envs: &[(&str, &str)]) -> Option<(i32, String
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut stderr = String::new();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut stderr)
-                .unwrap();
-            return Some((status.code().unwrap_or(-1), stderr));
+    let pid = child.id();
+    let (done, exited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output().unwrap()));
+    match exited.recv_timeout(Duration::from_secs(10)) {
+        Ok(output) => Some((
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )),
+        Err(_) => {
+            // Still running: the waiting thread reaps it.
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            let _ = exited.recv();
+            None
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
