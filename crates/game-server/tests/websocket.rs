@@ -5,6 +5,7 @@
 use token_resolver_support as support;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -186,10 +187,11 @@ async fn an_oversized_frame_closes_the_session_with_1009() {
     assert!(tcp.search_rooms().await.is_ok(), "the server serves on");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_silent_or_only_pinging_client_is_closed_at_the_idle_timeout() {
     // Pins down the idle timeout over WebSocket: pings are answered but are not messages, so
-    // a client that only pings is closed like one that never sends.
+    // a client that only pings is closed like one that never sends. On a paused clock: the
+    // timeout and the pings are timers of this runtime, the server in it on loopback.
     let config = GameServerConfig {
         idle_timeout: Duration::from_millis(400),
         ..GameServerConfig::default()
@@ -199,11 +201,12 @@ async fn a_silent_or_only_pinging_client_is_closed_at_the_idle_timeout() {
     assert_eq!(next_json(&mut silent).await["error"], "idle_timeout");
     let mut pinging = open(addr, "", None).await.unwrap();
     let pinger = tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_millis(50));
         loop {
             if pinging.send(Message::Ping(vec![1].into())).await.is_err() {
                 return pinging;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            every.tick().await;
             if let Ok(Some(Ok(Message::Text(text)))) =
                 tokio::time::timeout(Duration::from_millis(1), pinging.next()).await
             {
@@ -238,16 +241,11 @@ async fn the_connection_cap_is_shared_by_both_transports() {
     );
     assert_eq!(close_code(&mut refused).await, Some(CloseCode::Again));
     drop(tcp);
-    let mut admitted = None;
-    for _ in 0..100 {
+    support::eventually_async("a WebSocket client gets the freed slot", || async move {
         let mut ws = open(addr, "", None).await.unwrap();
-        if ask(&mut ws, json!({"type": "search_room"})).await["type"] == "rooms" {
-            admitted = Some(ws);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(admitted.is_some(), "the slot was never freed");
+        ask(&mut ws, json!({"type": "search_room"})).await["type"] == "rooms"
+    })
+    .await;
 }
 
 fn loopback(last: u8) -> std::net::IpAddr {
@@ -298,19 +296,14 @@ async fn one_address_past_its_share_is_refused_on_both_transports_and_a_neighbou
         "rooms"
     );
     drop(tcp);
-    let mut admitted = false;
-    for _ in 0..100 {
-        let mut ws = open_from(addr, crowd).await.unwrap();
-        if ask(&mut ws, json!({"type": "search_room"})).await["type"] == "rooms" {
-            admitted = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        admitted,
-        "127.0.0.2 never got in again once it let a session go"
-    );
+    support::eventually_async(
+        "127.0.0.2 gets in again once it let a session go",
+        || async move {
+            let mut ws = open_from(addr, crowd).await.unwrap();
+            ask(&mut ws, json!({"type": "search_room"})).await["type"] == "rooms"
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,15 +319,16 @@ async fn silent_sockets_from_one_address_take_only_its_share_of_the_websocket_li
     for _ in 0..3 {
         silent.push(connect_from(addr, loopback(2)).await);
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut fourth = connect_from(addr, loopback(2)).await;
-    let answer = support::read_all(&mut fourth, Duration::from_secs(2)).await;
-    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    // The listener accepts and counts connections in the order they were made: once the
+    // neighbour's, made after them, is answered, the three silent ones hold their places.
     let mut player = open_from(addr, loopback(3)).await.unwrap();
     assert_eq!(
         ask(&mut player, json!({"type": "search_room"})).await["type"],
         "rooms"
     );
+    let mut fourth = connect_from(addr, loopback(2)).await;
+    let answer = support::read_all(&mut fourth, Duration::from_secs(2)).await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,17 +353,15 @@ async fn a_flood_of_connections_gets_the_cap_and_refusals_and_the_server_serves_
     }
     assert_eq!((admitted.len(), busy), (25, 1_975));
     drop(admitted);
-    let mut tcp = GameClient::open(game.local_addr()).await.unwrap();
-    let mut served = false;
-    for _ in 0..100 {
-        if tcp.search_rooms().await.is_ok() {
-            served = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        tcp = GameClient::open(game.local_addr()).await.unwrap();
-    }
-    assert!(served);
+    let tcp_addr = game.local_addr();
+    support::eventually_async(
+        "the server serves a new client once the flood is gone",
+        || async move {
+            let mut tcp = GameClient::open(tcp_addr).await.unwrap();
+            tcp.search_rooms().await.is_ok()
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -405,13 +397,21 @@ async fn a_full_server_explains_itself_over_a_bounded_number_of_websockets_and_5
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn one_message_at_a_time_per_websocket_session() {
     // Pins down "one resolution at a time per connection" over WebSocket: two connects sent
-    // back to back are resolved one after the other, never both at once.
-    let upstream = Scripted::start(|n, _| async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        user_answer(n as i64 + 1, "p")
+    // back to back are resolved one after the other, never both at once. The integrator
+    // answers only when the test lets it; on a paused clock, as everything runs in this runtime.
+    let answers = Arc::new(tokio::sync::Semaphore::new(0));
+    let upstream = Scripted::start({
+        let answers = answers.clone();
+        move |n, _| {
+            let answers = answers.clone();
+            async move {
+                answers.acquire().await.unwrap().forget();
+                user_answer(n as i64 + 1, "p")
+            }
+        }
     })
     .await;
     let resolver = resolver_for(&upstream.url()).build().unwrap();
@@ -424,6 +424,23 @@ async fn one_message_at_a_time_per_websocket_session() {
         .await
         .unwrap();
     }
+    eventually("the first connect reaches the integrator", || {
+        upstream.requests() == 1
+    })
+    .await;
+    // While the first call is held (the time runs on only once everything else waits), the
+    // second connect is not resolved.
+    let early = tokio::time::timeout(Duration::from_millis(100), ws.next()).await;
+    assert!(
+        early.is_err(),
+        "an answer while the call was held: {early:?}"
+    );
+    assert_eq!(
+        upstream.requests(),
+        1,
+        "the second connect waits for the first"
+    );
+    answers.add_permits(2);
     assert_eq!(next_json(&mut ws).await["user"]["id"], 1);
     assert_eq!(next_json(&mut ws).await["user"]["id"], 2);
     assert_eq!(upstream.max_in_flight(), 1);
