@@ -80,11 +80,12 @@ async fn server(resolver: Resolver) -> RunningGameServer {
     game_server_with(resolver, config).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn an_expiring_token_is_renewed_in_place_and_the_player_stays_in_the_room() {
     // Pins down renewal: at the token's exp the server asks for a refresh; the client's
     // callback gives a fresh token of the same user; the session stays in its room, and no
-    // session_expired follows once the grace is over.
+    // session_expired follows once the grace is over. On a paused clock: the session's timers
+    // are set from `exp` once, then run on this runtime's clock, the servers in it.
     let api = api(Arc::default()).await;
     let game = server(strict(&api.url()).build().unwrap()).await;
     let mut client = in_the_first_room(&game, "short").await;
@@ -100,7 +101,12 @@ async fn an_expiring_token_is_renewed_in_place_and_the_player_stays_in_the_room(
             name: "Alice".into()
         }))
     );
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let after_the_grace =
+        tokio::time::timeout(Duration::from_millis(1300), client.next_push()).await;
+    assert!(
+        after_the_grace.is_err(),
+        "nothing comes once the grace is over: {after_the_grace:?}"
+    );
     assert_eq!(
         client.search_rooms().await.unwrap().len(),
         1,
@@ -499,7 +505,7 @@ async fn a_revocation_made_while_redis_is_down_reaches_the_other_node_once_it_is
     drop((bob, redis));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_revocation_that_lands_while_the_token_is_resolved_wins_the_race() {
     // Pins down revocations racing a connect: the API decided "valid" before a ban and answers
     // after it. That answer is neither cached nor handed to anyone, the player who was waiting
@@ -539,8 +545,11 @@ async fn a_revocation_that_lands_while_the_token_is_resolved_wins_the_race() {
     eventually("Alice's call is under way", || api.requests() == 1).await;
     revoked.store(true, Ordering::SeqCst);
     resolver.invalidate_user(&api.url(), 1);
-    let alice_again = connect("alice");
-    tokio::time::sleep(Duration::from_millis(100)).await; // she joins the call under way
+    let mut alice_again = connect("alice");
+    // She joins the call under way: held with it, she has no answer while time runs on (on the
+    // paused clock, once everything else waits).
+    let early = tokio::time::timeout(Duration::from_millis(100), &mut alice_again).await;
+    assert!(early.is_err(), "she did not wait for the call: {early:?}");
     release.notify_one();
     for connected in [alice.await.unwrap(), alice_again.await.unwrap()] {
         assert!(
@@ -587,7 +596,8 @@ async fn revalidation_during_the_grace_leaves_the_expired_session_its_refresh() 
         client.next_push().await.unwrap(),
         Push::ReauthRequired(_)
     ));
-    // A revalidation every 50 ms: ten of them come during this part of the grace.
+    // A revalidation every 50 ms: ten of them come during this part of the grace. Real time:
+    // the token's expiry is the API's `exp`, on the wall clock, which no tokio clock moves.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let refreshed = client.refresh("fresh").await;
     assert!(refreshed.is_ok(), "{refreshed:?}");
