@@ -195,12 +195,13 @@ async fn a_logout_at_a_rooms_own_integrator_closes_the_session_in_that_room() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_ban_made_while_the_game_server_is_unreachable_kicks_the_player_once_the_path_heals() {
     // Pins down delivery through a partition: the path from the integrator to the game
     // server's admin listener drops its open connections and refuses new ones for longer than
     // the notifier once retried (about 7.5 s); the ban waits in the outbox, shown as pending,
-    // and once the path heals the player is kicked.
+    // and once the path heals the player is kicked. On a paused clock: the integrator, the
+    // path and the game server all run in this runtime, on loopback.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (game, admin) = node_with_a_guild_room(&base, &base).await;
@@ -227,7 +228,11 @@ async fn a_ban_made_while_the_game_server_is_unreachable_kicks_the_player_once_t
         .await
         .unwrap();
     assert!(banned.status().is_success());
-    tokio::time::sleep(Duration::from_secs(9)).await;
+    let meanwhile = tokio::time::timeout(Duration::from_secs(9), player.next_push()).await;
+    assert!(
+        meanwhile.is_err(),
+        "nothing reaches the player while the path is down: {meanwhile:?}"
+    );
     assert_eq!(api.api().pending_notifications(), 1, "the ban waits");
     assert!(player.search_rooms().await.is_ok(), "not kicked yet");
 
@@ -303,9 +308,14 @@ async fn a_ban_delivered_late_closes_what_it_named_then_not_a_session_opened_aft
     let before = logged_in(&base, "alice", "wonderland").await;
     let token = before.authorization_access_token.clone().unwrap();
     let mut resolved_before = in_the_first_room(&game, token.secret()).await;
+    let bob = logged_in(&base, "bob", "builder").await;
+    let bob_token = bob.authorization_access_token.clone().unwrap();
+    let mut bob_in_game = in_the_first_room(&game, bob_token.secret()).await;
 
     path.refuse(true);
     admin_call("ban").await;
+    // Real time: the ban's `at` and a session's resolution are wall-clock times, which no
+    // tokio clock moves; the login after the unban must come past `at` and the cache TTL.
     tokio::time::sleep(Duration::from_secs(1)).await;
     admin_call("unban").await;
     let after = logged_in(&base, "alice", "wonderland").await;
@@ -322,7 +332,13 @@ async fn a_ban_delivered_late_closes_what_it_named_then_not_a_session_opened_aft
         api.api().pending_notifications() == 0
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The node's revocation follower applies the ban too, after the admin listener did, and
+    // applies revocations in order: once it kicked Bob for one made now, it has applied it.
+    game.resolver().invalidate_user(&base, 2);
+    assert!(
+        is_revoked(&mut bob_in_game).await,
+        "the follower applies a revocation made after the ban"
+    );
     assert!(
         resolved_after.search_rooms().await.is_ok(),
         "the session opened after the unban stays"
