@@ -358,6 +358,113 @@ async fn next_frame(stream: &mut tokio::net::TcpStream) -> Option<u8> {
     Some(kind)
 }
 
+/// A connector for tonic's client that counts the connections it opened and those that ended
+/// (the server closed them): what a client's reconnect is seen by.
+#[derive(Clone, Default)]
+struct Counted {
+    opened: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    ended: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Counted {
+    fn opened(&self) -> usize {
+        self.opened.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    fn ended(&self) -> usize {
+        self.ended.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl tonic::codegen::Service<tonic::codegen::http::Uri> for Counted {
+    type Response = hyper_util::rt::TokioIo<Watched>;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = std::io::Result<Self::Response>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: tonic::codegen::http::Uri) -> Self::Future {
+        let counted = self.clone();
+        Box::pin(async move {
+            let authority = uri.authority().expect("an address").as_str().to_owned();
+            let stream = tokio::net::TcpStream::connect(authority).await?;
+            counted
+                .opened
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(hyper_util::rt::TokioIo::new(Watched {
+                stream,
+                ended: Some(counted.ended),
+            }))
+        })
+    }
+}
+
+/// A client's connection that counts itself in `ended` when a read finds its end or the client
+/// drops it.
+struct Watched {
+    stream: tokio::net::TcpStream,
+    ended: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let (room, before) = (buf.remaining() > 0, buf.filled().len());
+        let polled = std::pin::Pin::new(&mut self.stream).poll_read(cx, buf);
+        let end = match &polled {
+            std::task::Poll::Ready(Ok(())) => room && buf.filled().len() == before,
+            std::task::Poll::Ready(Err(_)) => true,
+            std::task::Poll::Pending => false,
+        };
+        if end {
+            if let Some(ended) = self.ended.take() {
+                ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        polled
+    }
+}
+
+impl Drop for Watched {
+    // The client lets the connection go once the server said GOAWAY: that ends it too.
+    fn drop(&mut self) {
+        if let Some(ended) = self.ended.take() {
+            ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
 // Real time: the listener's timers run on the server's runtime against a real socket, and the
 // durations are a few hundred milliseconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -404,17 +511,27 @@ async fn a_grpc_connection_is_closed_when_idle_and_sent_goaway_at_its_maximum_ag
     assert_eq!(goaway, Ok(true), "GOAWAY before an idle connection's close");
 
     // Calls keep a connection in use; the client reconnects once it was closed as idle.
-    let mut client = client(&grpc).await;
+    let counted = Counted::default();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", grpc.local_addr()))
+        .unwrap()
+        .connect_with_connector(counted.clone())
+        .await
+        .unwrap();
+    let mut client = AuthorizationClient::new(channel);
     let bearer = format!("Bearer {token}");
-    for pause in [0, 100, 100, 600] {
-        tokio::time::sleep(Duration::from_millis(pause)).await;
+    for call in ["first", "second", "third", "after the idle close"] {
+        if call == "after the idle close" {
+            assert_eq!(counted.opened(), 1, "the calls shared one connection");
+            support::eventually("the idle connection is closed", || counted.ended() == 1).await;
+        }
         let ok = client
             .check(check_request(&[("authorization", &bearer)], &[]))
             .await
             .unwrap()
             .into_inner();
-        assert_eq!(ok.status.unwrap().code, 0, "after {pause} ms");
+        assert_eq!(ok.status.unwrap().code, 0, "{call} call");
     }
+    assert_eq!(counted.opened(), 2, "the client reconnected");
     // A call longer than the idle timeout holds its connection open to its answer.
     let fresh = support::login_and_take_token(&base, "bob", "builder").await;
     api.api().set_user_latency(Duration::from_millis(800));
