@@ -5,6 +5,8 @@
 use token_resolver_support as support;
 
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -216,53 +218,104 @@ async fn a_dead_redis_costs_nothing_but_a_little_latency_and_recovers() {
 
     redis.restart();
     // The tier rests a second after an error, then tries again by itself.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    a.resolve(&api.url(), "after").await.unwrap();
-    eventually("A writes to the restarted Redis", || {
-        redis.entry_count() > 0
-    })
-    .await;
+    let after = a_writes_to_redis_again(&redis, &a, &api.url()).await;
     let calls = api.requests();
-    b.resolve(&api.url(), "after").await.unwrap();
+    b.resolve(&api.url(), &after).await.unwrap();
     assert_eq!(api.requests(), calls, "B answered from Redis again");
+}
+
+/// Resolves new tokens on `a` until one's answer reaches Redis (after an error the tier rests,
+/// then writes again by itself); that token.
+async fn a_writes_to_redis_again(redis: &RedisServer, a: &Resolver, url: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for attempt in 0.. {
+        assert!(
+            Instant::now() < deadline,
+            "A never wrote to Redis again: {:?}",
+            a.stats()
+        );
+        let (token, entries) = (format!("after-{attempt}"), redis.entry_count());
+        a.resolve(url, &token).await.unwrap();
+        // The write runs in the background within the op timeout: half a second is enough for
+        // it to land, unless the tier rested and skipped it.
+        let landed = eventually("A's answer reaches Redis", || redis.entry_count() > entries);
+        if tokio::time::timeout(Duration::from_millis(500), landed)
+            .await
+            .is_ok()
+        {
+            return token;
+        }
+    }
+    unreachable!("the loop returns or fails")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_and_restarting_redis_mid_run_loses_no_resolution() {
     // Pins down that a Redis crash under load fails nothing.
-    let Some(mut redis) = RedisServer::start() else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
     let api = Scripted::start(|n, _| async move { support::user_answer(n as i64, "p") }).await;
     let resolver = node(&api.url(), &redis);
     let url = api.url();
+    let (progress, stop) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
     let load = {
-        let resolver = resolver.clone();
+        let (resolver, progress, stop) = (resolver.clone(), progress.clone(), stop.clone());
         tokio::spawn(async move {
             let mut done = 0;
-            for round in 0..30 {
+            for round in 0.. {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
                 for i in 0..20 {
                     resolver
                         .resolve(&url, &format!("r{round}-t{i}"))
                         .await
                         .unwrap();
                     done += 1;
+                    progress.store(done, Ordering::SeqCst);
                 }
+                // Paced, so that the load spans the restarts of the real redis-server, which
+                // take real time, rather than filling the cache as fast as it can.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             done
         })
     };
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    tokio::task::spawn_blocking(move || {
-        redis.restart();
-        std::thread::sleep(Duration::from_millis(100));
-        redis.restart();
-        redis
+    // Redis goes down twice in the middle of the load, with resolutions between and after.
+    let mut redis = Some(redis);
+    for when in ["before the first restart", "between the restarts"] {
+        let at = progress.load(Ordering::SeqCst);
+        eventually(&format!("the load goes on {when}"), || {
+            progress.load(Ordering::SeqCst) >= at + 100
+        })
+        .await;
+        let mut restarting = redis.take().unwrap();
+        redis = Some(
+            tokio::task::spawn_blocking(move || {
+                restarting.restart();
+                restarting
+            })
+            .await
+            .unwrap(),
+        );
+    }
+    let at = progress.load(Ordering::SeqCst);
+    eventually("the load goes on after the restarts", || {
+        progress.load(Ordering::SeqCst) >= at + 100
     })
-    .await
-    .unwrap();
-    assert_eq!(load.await.unwrap(), 600);
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    let done = load.await.unwrap();
+    assert_eq!(
+        done,
+        progress.load(Ordering::SeqCst),
+        "every resolution succeeded"
+    );
+    drop(redis);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -336,7 +389,8 @@ async fn a_node_reads_the_stream_again_after_redis_restarts_and_keeps_what_it_kn
         "nothing was revoked meanwhile: B keeps it"
     );
 
-    tokio::time::sleep(Duration::from_millis(1100)).await; // A's tier may be resting after the restart
+    // A's tier may be resting after the restart: it writes to Redis again first.
+    a_writes_to_redis_again(&redis, &a, &api.url()).await;
     a.invalidate(&api.url(), "t");
     eventually("B evicts the token", || b.stats().entries == 0).await;
     drop(redis);

@@ -116,6 +116,8 @@ async fn a_master_killed_mid_run_fails_no_resolution_and_sharing_resumes() {
                     done += 1;
                     progress.store(done, Ordering::SeqCst);
                 }
+                // Paced, so that the load spans the master's death and the failover, which
+                // the real redis-server processes take real time over.
                 tokio::time::sleep(Duration::from_millis(40)).await;
             }
             done
@@ -148,8 +150,15 @@ async fn a_master_killed_mid_run_fails_no_resolution_and_sharing_resumes() {
         for t in &tokens {
             a.resolve(&url, t).await.unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        if cluster.entry_count() >= base + tokens.len() {
+        // The writes run in the background, each within the op timeout: a second is enough
+        // for all of them to land, unless the tier rested and skipped them.
+        let landed = eventually("the round's answers reach the cluster", || {
+            cluster.entry_count() >= base + tokens.len()
+        });
+        if tokio::time::timeout(Duration::from_secs(1), landed)
+            .await
+            .is_ok()
+        {
             break tokens;
         }
         assert!(

@@ -159,7 +159,12 @@ async fn a_value_written_back_after_its_sealed_expiry_admits_nobody() {
     a.resolve(&api.url(), "t").await.unwrap();
     eventually("A's answer reaches Redis", || redis.entry_count() > 0).await;
     let copied = entries(&redis);
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Redis drops the entry at its TTL, set when it was written from what was left of its
+    // freshness: no earlier than the expiry sealed in it, which has passed once it is gone.
+    eventually("Redis drops A's entry at its TTL", || {
+        redis.entry_count() == 0
+    })
+    .await;
     for (key, value) in &copied {
         redis.command(&["SET", key, value, "EX", "3600"]).unwrap();
     }
@@ -328,12 +333,10 @@ async fn a_generation_that_goes_back_in_redis_is_not_adopted_and_is_raised_again
     .await;
     // The node whose reader saw the lowered generation re-syncs and raises it; the other may
     // read it raised already, and then has nothing to re-sync for.
-    let mut waited = Duration::ZERO;
-    while !(told_recheck(&mut told_a) | told_recheck(&mut told_b)) {
-        assert!(waited < Duration::from_secs(10), "no node re-synced");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        waited += Duration::from_millis(20);
-    }
+    support::eventually_async("a node re-syncs", || {
+        std::future::ready(told_recheck(&mut told_a) | told_recheck(&mut told_b))
+    })
+    .await;
     // A node that reads the generation now reads it raised: the old generation's answer,
     // still in Redis, is not served.
     let c = node(&api.url(), &redis);
