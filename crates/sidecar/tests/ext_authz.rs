@@ -176,6 +176,8 @@ async fn silent_sockets_are_closed_at_the_head_deadline_and_one_over_the_cap_at_
     for _ in 0..4 {
         silent.push(TcpStream::connect(addr).await.unwrap());
     }
+    // Real time: the kernel queues the four for the listener's accept loop, and nothing shows
+    // when that loop has counted them against the cap before the fifth arrives.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut over = TcpStream::connect(addr).await.unwrap();
     assert!(

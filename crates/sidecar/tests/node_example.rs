@@ -229,7 +229,8 @@ async fn a_player_the_node_game_server_cannot_check_again_after_a_resync_is_clos
     assert_eq!(hello["user"]["id"], 7);
 
     // The Node server opened its stream when it started, and holds the id it was sent first
-    // (no event came): time for it to arrive.
+    // (no event came). Real time: node is a real process, and nothing it does shows that the id
+    // has arrived; this is time for it to.
     tokio::time::sleep(Duration::from_millis(200)).await;
     // A new sidecar, and the integrator cannot answer: the player can be neither confirmed nor
     // refused.
