@@ -182,9 +182,9 @@ async fn nginx_keeps_one_answer_per_token_whatever_its_spellings_and_a_ban_takes
     }
     // The one grant, purged at once and again once settled (a second after it was granted).
     support::eventually("the ban's purge", || purges.load(Ordering::Relaxed) > 0).await;
+    let settled = granted + Duration::from_millis(1_300);
     // Real time: the purge owed once settled goes to a real nginx, and only waiting past the
     // settling (1 s from the grant, often over by now) shows no third one follows.
-    let settled = granted + Duration::from_millis(1_300);
     tokio::time::sleep(settled.saturating_duration_since(Instant::now())).await;
     let purged = purges.load(Ordering::Relaxed);
     assert!((1..=2).contains(&purged), "{purged} purges for one token");
