@@ -1,15 +1,19 @@
 //! Serving stale answers through an outage (`serve_stale_for`) and the per-API circuit breaker,
 //! against a real upstream on loopback that the test switches between healthy and failing.
 //!
-//! These run on real time: the cache's lifetimes are moka's and the breaker's cool-down is a
-//! `std::time::Instant`, neither of which tokio's paused clock moves. The waits are the
-//! shortest the lifetimes under test allow (tens to hundreds of milliseconds).
+//! These run on tokio's paused clock, which the library's deadlines read (an answer's freshness
+//! and stale window, the breaker's cool-down, the request timeout): a test moves it with
+//! `advance`, and a hanging upstream's timeout passes as soon as nothing else is left to run.
+//! One test runs on real time: a user fresh for the whole `cache_ttl` with stale serving off is
+//! expired by moka's own clock (see `stale_serving_is_off_by_default`).
 
 use token_resolver_support as support;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::{advance, Instant};
 
 use support::{resolver_for, respond, user_answer, Scripted};
 use token_resolver::{ErrorCode, ResolveError, Resolver, ResolverBuilder, User};
@@ -24,7 +28,7 @@ enum Mode {
     Failing,
     /// 401.
     Rejecting,
-    /// Nothing, for 30 s.
+    /// Nothing, ever.
     Hanging,
 }
 
@@ -55,10 +59,7 @@ impl Outage {
                     Mode::Healthy => user_answer(7, "sam"),
                     Mode::Failing => respond(503, &[], b""),
                     Mode::Rejecting => respond(401, &[], b""),
-                    Mode::Hanging => {
-                        tokio::time::sleep(Duration::from_secs(30)).await;
-                        user_answer(7, "sam")
-                    }
+                    Mode::Hanging => std::future::pending().await,
                 }
             }
         })
@@ -91,7 +92,7 @@ impl Outage {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_expired_answer_is_served_stale_while_the_api_is_down() {
     // Pins down serve_stale_for inside its window: flagged stale, counted.
     let outage = Outage::start(Mode::Healthy, |b| {
@@ -101,7 +102,7 @@ async fn an_expired_answer_is_served_stale_while_the_api_is_down() {
     .await;
     let fresh = outage.resolve("t").await.unwrap();
     assert!(!fresh.stale);
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    advance(Duration::from_millis(150)).await;
     outage.set(Mode::Failing);
 
     let stale = outage.resolve("t").await.unwrap();
@@ -116,7 +117,7 @@ async fn an_expired_answer_is_served_stale_while_the_api_is_down() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn past_the_window_the_outage_is_an_error() {
     // Pins down the other side of the window.
     let outage = Outage::start(Mode::Healthy, |b| {
@@ -126,11 +127,11 @@ async fn past_the_window_the_outage_is_an_error() {
     .await;
     outage.resolve("t").await.unwrap();
     outage.set(Mode::Failing);
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    advance(Duration::from_millis(400)).await;
     assert_eq!(outage.refusal("t").await, ErrorCode::AuthUnavailable);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_timeout_also_falls_back_to_the_stale_answer() {
     // Pins down that auth_timeout, like auth_unavailable, may be answered stale.
     let outage = Outage::start(Mode::Healthy, |b| {
@@ -140,12 +141,12 @@ async fn a_timeout_also_falls_back_to_the_stale_answer() {
     })
     .await;
     outage.resolve("t").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    advance(Duration::from_millis(100)).await;
     outage.set(Mode::Hanging);
     assert!(outage.resolve("t").await.unwrap().stale);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_rejection_is_never_answered_stale() {
     // Pins down "never when it rejects the token": a revoked token is refused at once.
     let outage = Outage::start(Mode::Healthy, |b| {
@@ -154,7 +155,7 @@ async fn a_rejection_is_never_answered_stale() {
     })
     .await;
     outage.resolve("t").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    advance(Duration::from_millis(100)).await;
     outage.set(Mode::Rejecting);
     assert_eq!(outage.refusal("t").await, ErrorCode::TokenRejected);
     outage.set(Mode::Failing);
@@ -170,12 +171,14 @@ async fn stale_serving_is_off_by_default() {
     // Pins down the default: an expired answer is gone.
     let outage = Outage::start(Mode::Healthy, |b| b.cache_ttl(Duration::from_millis(50))).await;
     outage.resolve("t").await.unwrap();
+    // Real time: with stale serving off, a user fresh for the whole cache_ttl is kept without a
+    // deadline of its own (a hit there reads no clock), and moka expires it on its own clock.
     tokio::time::sleep(Duration::from_millis(100)).await;
     outage.set(Mode::Failing);
     assert_eq!(outage.refusal("t").await, ErrorCode::AuthUnavailable);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_open_breaker_fails_fast_without_calling_the_dead_api() {
     // Pins down the circuit breaker: after the run of failures, callers do not wait for
     // request_timeout and no request reaches the API.
@@ -193,6 +196,8 @@ async fn an_open_breaker_fails_fast_without_calling_the_dead_api() {
     assert_eq!(outage.requests(), 3);
 
     for i in 0..50 {
+        // tokio's clock: on the paused clock a wait for any timer (the request timeout)
+        // would show here in full, however little real time it took.
         let started = Instant::now();
         let err = outage.resolve(&format!("u{i}")).await.unwrap_err();
         assert_eq!(err.code(), ErrorCode::AuthUnavailable);
@@ -207,7 +212,7 @@ async fn an_open_breaker_fails_fast_without_calling_the_dead_api() {
     assert_eq!(outage.resolver.stats().short_circuited, 50);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn cache_hits_are_served_while_the_breaker_is_open() {
     // Pins down that the breaker only guards calls.
     let outage = Outage::start(Mode::Healthy, |b| {
@@ -222,7 +227,7 @@ async fn cache_hits_are_served_while_the_breaker_is_open() {
     assert_eq!(outage.resolve("cached").await.unwrap().id, 7);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_breaker_closes_by_itself_when_the_api_recovers() {
     // Pins down the half-open probe: after the cool-down one call goes through, and its success
     // closes the breaker.
@@ -240,13 +245,13 @@ async fn the_breaker_closes_by_itself_when_the_api_recovers() {
         .to_string()
         .contains("circuit breaker"));
     outage.set(Mode::Healthy);
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    advance(Duration::from_millis(250)).await;
     assert_eq!(outage.resolve("c").await.unwrap().id, 7);
     assert_eq!(outage.resolve("d").await.unwrap().id, 7);
     assert_eq!(outage.requests(), 4);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failed_probe_keeps_the_breaker_open() {
     // Pins down that a probe that fails re-opens the breaker for another cool-down.
     let outage = Outage::start(Mode::Failing, |b| {
@@ -259,14 +264,14 @@ async fn a_failed_probe_keeps_the_breaker_open() {
         1,
         "the breaker opened at the first failure and stopped the retries"
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    advance(Duration::from_millis(200)).await;
     outage.resolve("b").await.unwrap_err();
     assert_eq!(outage.requests(), 2, "the probe is a single call");
     outage.resolve("c").await.unwrap_err();
     assert_eq!(outage.requests(), 2, "open again");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn stale_answers_cover_an_open_breaker() {
     // Pins down that the two features compose: a dead API behind an open breaker still lets
     // recently seen players in, flagged stale.
@@ -280,7 +285,7 @@ async fn stale_answers_cover_an_open_breaker() {
     outage.resolve("known").await.unwrap();
     outage.set(Mode::Failing);
     outage.resolve("other").await.unwrap_err();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    advance(Duration::from_millis(100)).await;
     let before = outage.requests();
     assert!(outage.resolve("known").await.unwrap().stale);
     assert_eq!(outage.requests(), before);
@@ -316,7 +321,7 @@ async fn held_outage(
                     held.notify_one();
                     release.notified().await;
                     if let Ending::TimesOut = ending {
-                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        std::future::pending::<()>().await;
                     }
                     respond(503, &[], b"")
                 }
@@ -334,7 +339,7 @@ async fn held_outage(
         .build()
         .unwrap();
     assert!(!resolver.resolve(&url, "t").await.unwrap().stale);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    advance(Duration::from_millis(100)).await;
 
     let tasks: Vec<_> = (0..callers)
         .map(|_| {
@@ -356,7 +361,7 @@ async fn held_outage(
     (results, resolver)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_ban_during_the_call_is_never_answered_stale() {
     // Pins down that a revocation landing while a coalesced call is in flight wins over the
     // stale answer captured before it: every caller of the flight is refused (token_rejected,
@@ -374,7 +379,7 @@ async fn a_ban_during_the_call_is_never_answered_stale() {
     assert_eq!(resolver.stats().stale_served, 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_ban_during_a_call_that_times_out_is_never_answered_stale() {
     // Pins down the same when the integrator does not answer at all: the call ends at the
     // request timeout (auth_timeout, which stale serving covers), and the ban still wins.
@@ -387,7 +392,7 @@ async fn a_ban_during_a_call_that_times_out_is_never_answered_stale() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_ban_of_everyone_during_the_call_is_never_answered_stale() {
     // Pins down the same for a revocation of everything.
     let (results, _) = held_outage(4, Ending::Fails, |resolver, _| resolver.invalidate_all()).await;
@@ -396,7 +401,7 @@ async fn a_ban_of_everyone_during_the_call_is_never_answered_stale() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn someone_else_banned_during_the_call_leaves_the_stale_answer() {
     // Pins down that the check names what the stale answer stands for: another user's ban
     // does not cost this one its fallback.
