@@ -197,19 +197,17 @@ async fn connection_refused_is_unavailable() {
     assert_eq!(err.code(), ErrorCode::AuthUnavailable);
 }
 
-#[tokio::test]
+// On the paused clock: the deadline passes as soon as nothing else is left to run, and the
+// resolution's length is read on the clock its timers run on.
+#[tokio::test(start_paused = true)]
 async fn headers_that_never_come_time_out_at_the_deadline() {
     // Pins down request_timeout -> auth_timeout, and that the resolution ends near it.
-    let server = Scripted::start(|_, _| async {
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        user_answer(1, "late")
-    })
-    .await;
+    let server = Scripted::start(|_, _| std::future::pending()).await;
     let resolver = resolver_for(&server.url())
         .request_timeout(Duration::from_millis(300))
         .build()
         .unwrap();
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let err = resolver.resolve(&server.url(), TOKEN).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::AuthTimeout);
     assert!(
@@ -310,7 +308,8 @@ fn futures_chunks() -> impl futures_core::Stream<Item = Result<Vec<u8>, std::io:
     Endless
 }
 
-#[tokio::test]
+// On the paused clock, which the answer's deadline reads.
+#[tokio::test(start_paused = true)]
 async fn max_age_bounds_the_cached_life() {
     // Pins down min(cache_ttl, max-age): max-age=1 makes the second look-up after 1 s a call.
     let server = Scripted::always(
@@ -322,8 +321,10 @@ async fn max_age_bounds_the_cached_life() {
     let resolver = resolver_for(&server.url()).build().unwrap();
     resolver.resolve(&server.url(), TOKEN).await.unwrap();
     resolver.resolve(&server.url(), TOKEN).await.unwrap();
+    tokio::time::advance(Duration::from_millis(999)).await;
+    resolver.resolve(&server.url(), TOKEN).await.unwrap();
     assert_eq!(server.requests(), 1);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::advance(Duration::from_millis(1)).await;
     resolver.resolve(&server.url(), TOKEN).await.unwrap();
     assert_eq!(server.requests(), 2);
 }
@@ -342,6 +343,8 @@ async fn cache_ttl_bounds_a_longer_max_age() {
         .build()
         .unwrap();
     resolver.resolve(&server.url(), TOKEN).await.unwrap();
+    // Real time: an answer fresh for the whole cache_ttl (stale serving off) is kept without a
+    // deadline of its own, so that a hit reads no clock, and moka expires it on its own clock.
     tokio::time::sleep(Duration::from_millis(300)).await;
     resolver.resolve(&server.url(), TOKEN).await.unwrap();
     assert_eq!(server.requests(), 2);
