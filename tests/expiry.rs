@@ -24,6 +24,8 @@ fn exp_soon() -> i64 {
 async fn sleep_past(exp: i64) {
     let expiry = UNIX_EPOCH + Duration::from_secs(exp as u64);
     let left = expiry.duration_since(SystemTime::now()).unwrap_or_default();
+    // Real time: `exp` is a wall-clock date, which the resolver compares with `SystemTime`, and
+    // no tokio clock moves that (a paused one would shorten the cached life, not pass `exp`).
     tokio::time::sleep(left + Duration::from_millis(100)).await;
 }
 
