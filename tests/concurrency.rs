@@ -4,33 +4,87 @@
 
 use token_resolver_support as support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::response::Response;
 use support::{eventually, resolver_for, respond, user_answer, Scripted};
 use token_resolver::{ErrorCode, Resolver};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 
-/// A server answering every token after `delay`, so concurrent calls overlap.
-async fn slow_server(delay: Duration) -> Scripted {
-    Scripted::start(move |n, _| async move {
-        tokio::time::sleep(delay).await;
-        user_answer(n as i64, "player")
-    })
-    .await
+/// A server whose answers wait at a gate the test holds: `answer(n)` for the `n`th request
+/// once the test lets it through. Calls overlap for as long as the test needs, rather than for
+/// a delay that a busy machine may outlast.
+struct Gated {
+    server: Scripted,
+    gate: Arc<Semaphore>,
+    answered: Arc<AtomicUsize>,
 }
 
-async fn resolve_all(
+impl Gated {
+    async fn start(answer: fn(usize) -> Response) -> Gated {
+        let gate = Arc::new(Semaphore::new(0));
+        let answered = Arc::new(AtomicUsize::new(0));
+        let (g, a) = (gate.clone(), answered.clone());
+        let server = Scripted::start(move |n, _| {
+            let (gate, answered) = (g.clone(), a.clone());
+            async move {
+                // A permit lets one answer through; a closed gate lets every one through.
+                if let Ok(permit) = gate.acquire().await {
+                    permit.forget();
+                }
+                answered.fetch_add(1, Ordering::SeqCst);
+                answer(n)
+            }
+        })
+        .await;
+        Gated {
+            server,
+            gate,
+            answered,
+        }
+    }
+
+    /// Every answer held now or later goes through.
+    fn open(&self) {
+        self.gate.close();
+    }
+
+    /// Calls at the server now, not yet answered.
+    fn held(&self) -> usize {
+        self.server.requests() - self.answered.load(Ordering::SeqCst)
+    }
+}
+
+fn player(n: usize) -> Response {
+    user_answer(n as i64, "player")
+}
+
+/// The resolutions of `tokens`, each a task of its own, and how many of them have begun.
+fn spawn_all(
     resolver: &Resolver,
     url: &str,
     tokens: Vec<String>,
-) -> Vec<Result<Arc<token_resolver::User>, token_resolver::ResolveError>> {
-    let tasks: Vec<_> = tokens
+) -> (Vec<JoinHandle<Resolution>>, Arc<AtomicUsize>) {
+    let begun = Arc::new(AtomicUsize::new(0));
+    let tasks = tokens
         .into_iter()
         .map(|token| {
-            let (resolver, url) = (resolver.clone(), url.to_owned());
-            tokio::spawn(async move { resolver.resolve(&url, &token).await })
+            let (resolver, url, begun) = (resolver.clone(), url.to_owned(), begun.clone());
+            tokio::spawn(async move {
+                begun.fetch_add(1, Ordering::SeqCst);
+                resolver.resolve(&url, &token).await
+            })
         })
         .collect();
+    (tasks, begun)
+}
+
+type Resolution = Result<Arc<token_resolver::User>, token_resolver::ResolveError>;
+
+async fn join_all(tasks: Vec<JoinHandle<Resolution>>) -> Vec<Resolution> {
     let mut results = Vec::new();
     for task in tasks {
         results.push(task.await.unwrap());
@@ -38,19 +92,26 @@ async fn resolve_all(
     results
 }
 
+/// Resolves `n` copies of one token at once, holding the upstream call until every
+/// resolution has begun (and so found the call under way or started it).
+async fn all_at_once(resolver: &Resolver, server: &Gated, n: usize) -> Vec<Resolution> {
+    let (tasks, begun) = spawn_all(resolver, &server.server.url(), vec!["t".to_owned(); n]);
+    eventually("every resolution begun, and the call at the server", || {
+        begun.load(Ordering::SeqCst) == n && server.server.requests() >= 1
+    })
+    .await;
+    server.open();
+    join_all(tasks).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_concurrent_resolutions_of_one_token_make_one_call() {
     // Pins down coalescing: exactly one upstream call, and every caller gets its answer.
-    let server = slow_server(Duration::from_millis(200)).await;
-    let resolver = resolver_for(&server.url()).build().unwrap();
-    let results = resolve_all(
-        &resolver,
-        &server.url(),
-        vec!["same-token".to_owned(); 1000],
-    )
-    .await;
+    let server = Gated::start(player).await;
+    let resolver = resolver_for(&server.server.url()).build().unwrap();
+    let results = all_at_once(&resolver, &server, 1000).await;
 
-    assert_eq!(server.requests(), 1);
+    assert_eq!(server.server.requests(), 1);
     let first = results[0].as_ref().unwrap().clone();
     assert!(results
         .iter()
@@ -63,46 +124,54 @@ async fn a_thousand_concurrent_resolutions_of_one_token_make_one_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_resolutions_share_a_failure_too() {
     // Pins down that waiters get the one call's error, and that it is not cached afterwards.
-    let server = Scripted::start(|_, _| async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        respond(500, &[], b"")
-    })
-    .await;
-    let resolver = resolver_for(&server.url()).retries(0).build().unwrap();
-    let results = resolve_all(&resolver, &server.url(), vec!["t".to_owned(); 300]).await;
-    assert_eq!(server.requests(), 1);
+    let server = Gated::start(|_| respond(500, &[], b"")).await;
+    let url = server.server.url();
+    let resolver = resolver_for(&url).retries(0).build().unwrap();
+    let results = all_at_once(&resolver, &server, 300).await;
+    assert_eq!(server.server.requests(), 1);
     assert!(results
         .iter()
         .all(|r| r.as_ref().unwrap_err().code() == ErrorCode::AuthUnavailable));
-    resolver.resolve(&server.url(), "t").await.unwrap_err();
-    assert_eq!(server.requests(), 2);
+    resolver.resolve(&url, "t").await.unwrap_err();
+    assert_eq!(server.server.requests(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_store_answers_are_still_coalesced() {
     // Pins down the caching rule: no-store means not cached, but concurrent waiters still share.
-    let server = Scripted::start(|_, _| async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    let server = Gated::start(|_| {
         let mut r = user_answer(5, "nostore");
         r.headers_mut()
             .insert("cache-control", "no-store".parse().unwrap());
         r
     })
     .await;
-    let resolver = resolver_for(&server.url()).build().unwrap();
-    let results = resolve_all(&resolver, &server.url(), vec!["t".to_owned(); 200]).await;
+    let resolver = resolver_for(&server.server.url()).build().unwrap();
+    let results = all_at_once(&resolver, &server, 200).await;
     assert!(results.iter().all(|r| r.as_ref().unwrap().id == 5));
-    assert_eq!(server.requests(), 1);
+    assert_eq!(server.server.requests(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn n_distinct_tokens_make_n_calls() {
     // Pins down that coalescing is per token: distinct tokens never share an answer.
-    let server = slow_server(Duration::from_millis(20)).await;
-    let resolver = resolver_for(&server.url()).build().unwrap();
+    let server = Gated::start(player).await;
+    let url = server.server.url();
+    // Calls wait in the queue while the test holds the first ones.
+    let resolver = resolver_for(&url)
+        .queue_timeout(Duration::from_secs(30))
+        .request_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
     let tokens: Vec<String> = (0..300).map(|i| format!("token-{i}")).collect();
-    let results = resolve_all(&resolver, &server.url(), tokens).await;
-    assert_eq!(server.requests(), 300);
+    let (tasks, _) = spawn_all(&resolver, &url, tokens);
+    eventually("every slot's call held at the server at once", || {
+        server.held() == 64
+    })
+    .await;
+    server.open();
+    let results = join_all(tasks).await;
+    assert_eq!(server.server.requests(), 300);
     let mut ids: Vec<i64> = results.iter().map(|r| r.as_ref().unwrap().id).collect();
     ids.sort_unstable();
     ids.dedup();
@@ -112,19 +181,32 @@ async fn n_distinct_tokens_make_n_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_in_flight_never_exceed_the_cap() {
     // Pins down max_concurrent_requests, measured at the server.
-    let server = slow_server(Duration::from_millis(50)).await;
-    let resolver = resolver_for(&server.url())
+    let server = Gated::start(player).await;
+    let url = server.server.url();
+    let resolver = resolver_for(&url)
         .max_concurrent_requests(4)
         .queue_timeout(Duration::from_secs(30))
         .request_timeout(Duration::from_secs(30))
         .build()
         .unwrap();
     let tokens: Vec<String> = (0..100).map(|i| format!("token-{i}")).collect();
-    let results = resolve_all(&resolver, &server.url(), tokens).await;
+    let (tasks, _) = spawn_all(&resolver, &url, tokens);
+    // One answer at a time, each once the server holds as many calls as the cap lets in (or
+    // all that are left): held calls never end on their own, so without the cap every queued
+    // call would pile up at the server.
+    for answered in 0..100 {
+        let full = (100 - answered).min(4);
+        eventually("the cap's worth of calls at the server", || {
+            server.held() >= full
+        })
+        .await;
+        server.gate.add_permits(1);
+    }
+    let results = join_all(tasks).await;
     assert!(results.iter().all(Result::is_ok));
-    assert_eq!(server.requests(), 100);
+    assert_eq!(server.server.requests(), 100);
     assert_eq!(
-        server.max_in_flight(),
+        server.server.max_in_flight(),
         4,
         "the cap is reached and never passed"
     );
@@ -133,25 +215,27 @@ async fn calls_in_flight_never_exceed_the_cap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_slot_within_queue_timeout_is_overloaded() {
     // Pins down queue_timeout -> overloaded, and that the waiting resolution made no call.
-    let server = slow_server(Duration::from_millis(800)).await;
-    let resolver = resolver_for(&server.url())
+    let server = Gated::start(player).await;
+    let url = server.server.url();
+    let resolver = resolver_for(&url)
         .max_concurrent_requests(1)
         .queue_timeout(Duration::from_millis(50))
         .build()
         .unwrap();
     let busy = {
-        let (r, url) = (resolver.clone(), server.url());
+        let (r, url) = (resolver.clone(), url.clone());
         tokio::spawn(async move { r.resolve(&url, "first").await })
     };
     eventually("the first resolution holds the only slot", || {
-        server.requests() == 1
+        server.server.requests() == 1
     })
     .await;
-    let err = resolver.resolve(&server.url(), "second").await.unwrap_err();
+    let err = resolver.resolve(&url, "second").await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::Overloaded);
     assert!(err.is_retryable());
+    server.open();
     assert!(busy.await.unwrap().is_ok());
-    assert_eq!(server.requests(), 1);
+    assert_eq!(server.server.requests(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,7 +244,8 @@ async fn cache_hits_do_not_wait_for_a_slot() {
     // still resolves at once.
     let server = Scripted::start(|n, _| async move {
         if n > 0 {
-            tokio::time::sleep(Duration::from_secs(3)).await;
+            // The slow call holds the slot until the test ends.
+            std::future::pending::<()>().await;
         }
         user_answer(n as i64, "p")
     })
