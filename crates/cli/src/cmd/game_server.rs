@@ -89,6 +89,8 @@ pub(crate) struct GameServerArgs {
 /// Serves until SIGTERM or Ctrl-C, then drains and exits 0; exit 2 on a usage error (a shared
 /// tier that cannot work included), 1 when a port cannot be bound.
 pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
+    // Before anything can say it is ready: see `stop_signal`.
+    let stop = stop_signal();
     let (running, admin) = match start(&args).await {
         Ok(started) => started,
         Err(failed) => {
@@ -101,7 +103,7 @@ pub(crate) async fn run(args: GameServerArgs) -> ExitCode {
     let _ = stdout.write_all(banner(&args, &running, admin.as_ref()).as_bytes());
     let _ = stdout.flush();
     drop(stdout);
-    stop_signal().await;
+    stop.await;
     running.drain(Duration::from_secs(args.drain_secs)).await;
     if let Some(admin) = admin {
         admin.shutdown().await;

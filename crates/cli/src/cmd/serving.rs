@@ -47,20 +47,34 @@ pub(crate) fn admin_secret() -> Result<Option<AdminSecret>, String> {
     }
 }
 
-/// SIGTERM (what an orchestrator sends) or Ctrl-C.
-pub(crate) async fn stop_signal() {
+/// SIGTERM (what an orchestrator sends) or Ctrl-C. The handlers are installed when this is
+/// called, not when the future is first polled: a caller takes it before it says it is ready
+/// (its banner), so that a SIGTERM sent as soon as the banner is read drains the process
+/// instead of killing it.
+pub(crate) fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+        let term = signal(SignalKind::terminate());
+        let interrupt = signal(SignalKind::interrupt());
+        async move {
+            match (term, interrupt) {
+                (Ok(mut term), Ok(mut interrupt)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = interrupt.recv() => {}
+                    }
+                }
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
-            return;
         }
     }
-    let _ = tokio::signal::ctrl_c().await;
+    #[cfg(not(unix))]
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// Where the resolver may resolve, in `game-server` and `sidecar` alike.

@@ -93,6 +93,8 @@ struct Running {
 /// Serves until SIGTERM or Ctrl-C, then drains and exits 0; exit 2 on a usage error, 1 when a
 /// port cannot be bound.
 pub(crate) async fn run(args: SidecarArgs) -> ExitCode {
+    // Before anything can say it is ready: see `stop_signal`.
+    let stop = stop_signal();
     let running = match start(&args).await {
         Ok(running) => running,
         Err(failed) => {
@@ -104,7 +106,7 @@ pub(crate) async fn run(args: SidecarArgs) -> ExitCode {
     let _ = stdout.write_all(banner(&args, &running).as_bytes());
     let _ = stdout.flush();
     drop(stdout);
-    stop_signal().await;
+    stop.await;
     let drain = Duration::from_secs(args.drain_secs);
     let _ = tokio::time::timeout(drain, async {
         if let Some(grpc) = running.grpc {
