@@ -6,7 +6,7 @@
 //! nginx and its purge module: skipped with a note without them, a failure under CI, which
 //! installs them.
 
-mod common;
+use super::common;
 
 use token_resolver_support as support;
 

@@ -5,7 +5,7 @@
 //! one answer to take back (the purges pass through a counter on their way to nginx). Real nginx (with its purge module) in front of a small API, a real
 //! sidecar at the reference API; skipped with a note without nginx, a failure under CI.
 
-mod common;
+use super::common;
 
 use token_resolver_support as support;
 

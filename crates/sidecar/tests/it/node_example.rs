@@ -5,7 +5,7 @@
 //! `node` (Debian's `nodejs`): skipped with a note without it, a failure under CI, which
 //! installs it.
 
-mod common;
+use super::common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

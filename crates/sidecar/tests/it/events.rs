@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-mod common;
+use super::common;
 
 use common::Parties;
 use serde_json::json;

@@ -7,7 +7,7 @@ use token_resolver_support as support;
 
 use std::time::Duration;
 
-mod common;
+use super::common;
 
 use common::Parties;
 use serde_json::json;
