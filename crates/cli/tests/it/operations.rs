@@ -473,7 +473,7 @@ async fn json_logs_carry_the_connection_and_the_outcome_and_never_the_token() {
 /// The annotated config file of docs/operations.md: the ```toml block that starts
 /// `# game-server.toml`.
 fn readme_config_example() -> String {
-    let readme = include_str!("../../../docs/operations.md");
+    let readme = include_str!("../../../../docs/operations.md");
     let start = readme
         .find("```toml\n# game-server.toml")
         .expect("docs/operations.md shows a config file")

@@ -1,0 +1,13 @@
+//! The binary's integration tests, as one test binary (one link instead of one per file): each
+//! module is what was one file, and runs the real `token-resolver` binary against real servers on
+//! loopback (the reference API, redis-server, ChromeDriver and Chromium).
+
+mod browser;
+mod check;
+mod cli;
+mod cli_serve_api;
+mod game_server;
+mod operations;
+mod shared_cache;
+mod sidecar;
+mod sidecar_loopback;
