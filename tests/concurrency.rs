@@ -4,6 +4,7 @@
 
 use token_resolver_support as support;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,24 +63,35 @@ fn player(n: usize) -> Response {
     user_answer(n as i64, "player")
 }
 
-/// The resolutions of `tokens`, each a task of its own, and how many of them have begun.
+/// The resolutions of `tokens`, each a task of its own, and how many of them have been polled
+/// once: a resolution's first poll runs it up to its first wait, so each of those found its
+/// answer cached or joined a call under way (its own or another's).
 fn spawn_all(
     resolver: &Resolver,
     url: &str,
     tokens: Vec<String>,
 ) -> (Vec<JoinHandle<Resolution>>, Arc<AtomicUsize>) {
-    let begun = Arc::new(AtomicUsize::new(0));
+    let polled = Arc::new(AtomicUsize::new(0));
     let tasks = tokens
         .into_iter()
         .map(|token| {
-            let (resolver, url, begun) = (resolver.clone(), url.to_owned(), begun.clone());
+            let (resolver, url, polled) = (resolver.clone(), url.to_owned(), polled.clone());
             tokio::spawn(async move {
-                begun.fetch_add(1, Ordering::SeqCst);
-                resolver.resolve(&url, &token).await
+                let resolution = resolver.resolve(&url, &token);
+                tokio::pin!(resolution);
+                let mut first = true;
+                std::future::poll_fn(|cx| {
+                    let poll = resolution.as_mut().poll(cx);
+                    if std::mem::take(&mut first) {
+                        polled.fetch_add(1, Ordering::SeqCst);
+                    }
+                    poll
+                })
+                .await
             })
         })
         .collect();
-    (tasks, begun)
+    (tasks, polled)
 }
 
 type Resolution = Result<Arc<token_resolver::User>, token_resolver::ResolveError>;
@@ -93,12 +105,13 @@ async fn join_all(tasks: Vec<JoinHandle<Resolution>>) -> Vec<Resolution> {
 }
 
 /// Resolves `n` copies of one token at once, holding the upstream call until every
-/// resolution has begun (and so found the call under way or started it).
+/// resolution has joined it (or started it).
 async fn all_at_once(resolver: &Resolver, server: &Gated, n: usize) -> Vec<Resolution> {
-    let (tasks, begun) = spawn_all(resolver, &server.server.url(), vec!["t".to_owned(); n]);
-    eventually("every resolution begun, and the call at the server", || {
-        begun.load(Ordering::SeqCst) == n && server.server.requests() >= 1
-    })
+    let (tasks, polled) = spawn_all(resolver, &server.server.url(), vec!["t".to_owned(); n]);
+    eventually(
+        "every resolution on the call, and the call at the server",
+        || polled.load(Ordering::SeqCst) == n && server.server.requests() >= 1,
+    )
     .await;
     server.open();
     join_all(tasks).await
