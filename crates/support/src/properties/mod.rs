@@ -1,8 +1,8 @@
 //! The properties the fuzz targets check, shared with the stable-toolchain tests.
 //!
 //! Each fuzz target in `fuzz/fuzz_targets/` is one line calling a `fuzz_*` function here on the
-//! raw bytes libFuzzer hands it; the library's `tests/fuzz_regressions.rs` replays every
-//! committed corpus and crash file through the same function, and `tests/properties.rs` drives
+//! raw bytes libFuzzer hands it; the library's `tests/it/fuzz_regressions.rs` replays every
+//! committed corpus and crash file through the same function, and `tests/it/properties.rs` drives
 //! the `check_*` functions with proptest strategies. This module is built without the crate's
 //! `servers` feature for the fuzz targets, so it uses only the crate's plain dependencies:
 //! `token_resolver`, `token_resolver_player`, `serde`, `serde_json`, `url`, `arbitrary` and
