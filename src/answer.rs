@@ -7,8 +7,10 @@
 //! might fill with anything (the token included). Reading the body under a size cap is the
 //! resolver's job.
 //!
-//! The resolver applies these rules to every answer; they are public so that a tool judging an
-//! integrator's API (the workspace's conformance checker) or a fuzzer applies exactly the same.
+//! The resolver applies these rules to every answer. They are reachable from outside, hidden
+//! from the docs and outside semver, only so that a tool judging an integrator's API (the
+//! workspace's conformance checker) and the fuzzers apply exactly the same: an embedder has no
+//! use for them.
 //!
 //! ```
 //! use token_resolver::answer::{parse_cache_control, parse_user, Freshness};

@@ -26,6 +26,19 @@ const USER_PATH: &str = "/api/user";
 /// The longest authUrl looked at; a longer one is refused unparsed.
 pub const MAX_AUTH_URL_BYTES: usize = 2048;
 
+/// Where an authUrl may use plain `http://`, which sends every token in the clear.
+///
+/// What [`Endpoint::parse`] takes, rather than a `bool`, so that a call says which it means.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PlainHttp {
+    /// Only to a loopback host (`localhost`, `127.0.0.0/8`, `[::1]`): the resolver's default.
+    #[default]
+    LoopbackOnly,
+    /// To any host: what [`ResolverBuilder::allow_insecure_http`](crate::ResolverBuilder::allow_insecure_http)
+    /// turns on, and what names an endpoint already allowed (a revocation's authUrl, say).
+    Anywhere,
+}
+
 /// A parsed, normalised authUrl: the `/api/user` URL to call, and what the allowlist compares.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Endpoint {
@@ -49,26 +62,27 @@ impl Endpoint {
     /// An [`AuthUrlError`] saying which rule the URL breaks (never quoting the URL itself, which
     /// a client may have filled with anything): unparsable, longer than
     /// [`MAX_AUTH_URL_BYTES`], not `http`/`https`, userinfo, a query, a fragment, an encoded
-    /// slash, or `http` to a non-loopback host while `allow_insecure_http` is `false`.
+    /// slash, or `http` to a non-loopback host under [`PlainHttp::LoopbackOnly`].
     ///
     /// # Example
     ///
     /// ```
-    /// use token_resolver::Endpoint;
+    /// use token_resolver::{Endpoint, PlainHttp};
     ///
-    /// let e = Endpoint::parse("HTTPS://Auth.Example.com:443/game/", false).unwrap();
+    /// let e = Endpoint::parse("HTTPS://Auth.Example.com:443/game/", PlainHttp::LoopbackOnly).unwrap();
     /// assert_eq!(e.as_str(), "https://auth.example.com/game/api/user");
-    /// assert!(Endpoint::parse("http://auth.example.com", false).is_err());
-    /// assert!(Endpoint::parse("http://127.0.0.1:8080", false).is_ok());
+    /// assert!(Endpoint::parse("http://auth.example.com", PlainHttp::LoopbackOnly).is_err());
+    /// assert!(Endpoint::parse("http://auth.example.com", PlainHttp::Anywhere).is_ok());
+    /// assert!(Endpoint::parse("http://127.0.0.1:8080", PlainHttp::LoopbackOnly).is_ok());
     /// ```
-    pub fn parse(auth_url: &str, allow_insecure_http: bool) -> Result<Endpoint, AuthUrlError> {
+    pub fn parse(auth_url: &str, plain_http: PlainHttp) -> Result<Endpoint, AuthUrlError> {
         if auth_url.len() > MAX_AUTH_URL_BYTES {
             return Err(AuthUrlError::TooLong);
         }
         let mut url = Url::parse(auth_url).map_err(AuthUrlError::NotAUrl)?;
         match url.scheme() {
             "https" => {}
-            "http" if allow_insecure_http || is_loopback(&url) => {}
+            "http" if plain_http == PlainHttp::Anywhere || is_loopback(&url) => {}
             "http" => {
                 return Err(AuthUrlError::Insecure {
                     host: host_of(&url).to_owned(),
@@ -223,16 +237,16 @@ fn host_of(url: &Url) -> &str {
 pub(crate) struct AllowList {
     /// The configured URLs as written, each with its parsed endpoint.
     entries: Vec<(Box<str>, Arc<Endpoint>)>,
-    /// Whether `http://` to non-loopback hosts passes.
-    allow_insecure_http: bool,
+    /// Where `http://` passes.
+    plain_http: PlainHttp,
 }
 
 impl AllowList {
     /// An allowlist over already-validated endpoints.
-    pub(crate) fn new(entries: Vec<(Box<str>, Arc<Endpoint>)>, allow_insecure_http: bool) -> Self {
+    pub(crate) fn new(entries: Vec<(Box<str>, Arc<Endpoint>)>, plain_http: PlainHttp) -> Self {
         AllowList {
             entries,
-            allow_insecure_http,
+            plain_http,
         }
     }
 
@@ -254,8 +268,7 @@ impl AllowList {
     /// [`check`](Self::check) for a URL that is not written as one of the allowed ones.
     #[inline(never)]
     fn check_parsed(&self, auth_url: &str) -> Result<Cow<'_, Arc<Endpoint>>, NotAllowed> {
-        let candidate =
-            Endpoint::parse(auth_url, self.allow_insecure_http).map_err(NotAllowed::Unusable)?;
+        let candidate = Endpoint::parse(auth_url, self.plain_http).map_err(NotAllowed::Unusable)?;
         if let Some((_, endpoint)) = self.entries.iter().find(|(_, e)| **e == candidate) {
             return Ok(Cow::Borrowed(endpoint));
         }
@@ -294,7 +307,7 @@ mod tests {
     use super::*;
 
     fn endpoint(s: &str) -> Endpoint {
-        Endpoint::parse(s, false).unwrap_or_else(|e| panic!("{s}: {e}"))
+        Endpoint::parse(s, PlainHttp::LoopbackOnly).unwrap_or_else(|e| panic!("{s}: {e}"))
     }
 
     fn allow(urls: &[&str]) -> AllowList {
@@ -302,7 +315,7 @@ mod tests {
             .iter()
             .map(|u| (Box::from(*u), Arc::new(endpoint(u))))
             .collect();
-        AllowList::new(entries, false)
+        AllowList::new(entries, PlainHttp::LoopbackOnly)
     }
 
     #[test]
@@ -353,7 +366,7 @@ mod tests {
             "http://127.9.9.9",
             "http://[::1]:8080",
         ] {
-            assert!(Endpoint::parse(ok, false).is_ok(), "{ok}");
+            assert!(Endpoint::parse(ok, PlainHttp::LoopbackOnly).is_ok(), "{ok}");
         }
         for bad in [
             "http://example.com",
@@ -361,8 +374,11 @@ mod tests {
             "http://localhost.evil.com",
             "http://[::2]",
         ] {
-            assert!(Endpoint::parse(bad, false).is_err(), "{bad}");
-            assert!(Endpoint::parse(bad, true).is_ok(), "{bad}");
+            assert!(
+                Endpoint::parse(bad, PlainHttp::LoopbackOnly).is_err(),
+                "{bad}"
+            );
+            assert!(Endpoint::parse(bad, PlainHttp::Anywhere).is_ok(), "{bad}");
         }
     }
 
@@ -379,7 +395,7 @@ mod tests {
             "a.example",
             "",
         ] {
-            assert!(Endpoint::parse(bad, true).is_err(), "{bad}");
+            assert!(Endpoint::parse(bad, PlainHttp::Anywhere).is_err(), "{bad}");
         }
     }
 
@@ -388,7 +404,7 @@ mod tests {
         let url = format!("https://a.example/{}", "a".repeat(MAX_AUTH_URL_BYTES - 20));
         assert!(url.len() <= MAX_AUTH_URL_BYTES);
         assert_eq!(
-            Endpoint::parse(&url, false).unwrap_err(),
+            Endpoint::parse(&url, PlainHttp::LoopbackOnly).unwrap_err(),
             AuthUrlError::TooLongNormalised
         );
     }
@@ -397,7 +413,7 @@ mod tests {
     fn refuses_an_overlong_url_without_parsing() {
         let long = format!("https://a.example/{}", "a".repeat(MAX_AUTH_URL_BYTES));
         assert_eq!(
-            Endpoint::parse(&long, false).unwrap_err(),
+            Endpoint::parse(&long, PlainHttp::LoopbackOnly).unwrap_err(),
             AuthUrlError::TooLong
         );
     }

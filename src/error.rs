@@ -337,6 +337,7 @@ impl StdError for ConfigError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::PlainHttp;
 
     #[test]
     fn codes_are_the_stable_strings_of_the_spec() {
@@ -379,11 +380,14 @@ mod tests {
 
     #[test]
     fn an_api_host_shows_the_host_alone() {
-        let host = ApiHost::from(Endpoint::parse("https://auth.example/game/x", false).unwrap());
+        let host = ApiHost::from(
+            Endpoint::parse("https://auth.example/game/x", PlainHttp::LoopbackOnly).unwrap(),
+        );
         assert_eq!(host.to_string(), "auth.example");
         assert_eq!(format!("{host:?}"), "\"auth.example\"");
         assert_eq!(host, "auth.example");
-        let elsewhere = Endpoint::parse("https://auth.example/other", false).unwrap();
+        let elsewhere =
+            Endpoint::parse("https://auth.example/other", PlainHttp::LoopbackOnly).unwrap();
         assert_eq!(host, ApiHost::from(elsewhere), "compared by host alone");
     }
 

@@ -33,9 +33,11 @@
 //!   (`breaker`) and the slot limit, with its deadline, retries and body cap.
 //! - `clock`: the library's "now" for its deadlines, cool-downs and rests: tokio's clock,
 //!   which a test with a paused runtime moves.
-//! - `auth_url`: an authUrl parsed into an [`Endpoint`], and the allowlist.
+//! - `auth_url`: an authUrl parsed into an [`Endpoint`] (where [`PlainHttp`] says whether
+//!   `http://` may leave loopback), and the allowlist.
 //! - `token`: the token rule ([`check_syntax`]) and [`AccessToken`], which never prints itself.
-//! - [`answer`]: strict parsing of the `/api/user` answer and its `Cache-Control`.
+//! - `answer`: strict parsing of the `/api/user` answer and its `Cache-Control`; reachable (the
+//!   conformance checker and the fuzzers apply exactly these rules) but hidden, no embedder's API.
 //! - `user`: [`User`] and its [`ExtraFields`].
 //! - `error`: [`ResolveError`] (with the [`ApiHost`] and [`Cause`] it carries), [`ErrorCode`],
 //!   [`ConfigError`].
@@ -84,6 +86,10 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The answer rules, for the workspace's conformance checker and the fuzzers, which must apply
+// exactly the resolver's: reachable, but not part of the API an embedder is offered (hidden
+// from the docs, outside semver).
+#[doc(hidden)]
 pub mod answer;
 mod auth_url;
 mod cache;
@@ -99,8 +105,8 @@ mod user;
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod axum;
 
-pub use auth_url::{AuthUrlError, Endpoint, MAX_AUTH_URL_BYTES};
-pub use cache::{DatedRevocation, Revocation, TokenFingerprint};
+pub use auth_url::{AuthUrlError, Endpoint, PlainHttp, MAX_AUTH_URL_BYTES};
+pub use cache::{DatedRevocation, Revocation, RevocationFeed, TokenFingerprint};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use cache::{RedisTier, RedisTierError};

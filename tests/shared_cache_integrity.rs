@@ -11,7 +11,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use support::{eventually, login_and_take_token, reference_api, resolver_for, Scripted};
-use token_resolver::{telemetry, Delivery, RedisTier, ResolveError, Resolver, Revocation, Revoke};
+use token_resolver::{
+    telemetry, Delivery, RedisTier, ResolveError, Resolver, Revocation, RevocationFeed, Revoke,
+};
 use token_resolver_support::redis::RedisServer;
 
 const SECRET: &str = "test-secret-of-32-bytes-length!!";
@@ -80,8 +82,8 @@ fn unix_ms() -> u64 {
 }
 
 /// Whether `revocations` holds a `Recheck` now.
-fn told_recheck(revocations: &mut tokio::sync::broadcast::Receiver<Revocation>) -> bool {
-    std::iter::from_fn(|| revocations.try_recv().ok()).any(|r| r == Revocation::Recheck)
+fn told_recheck(revocations: &mut RevocationFeed<Revocation>) -> bool {
+    std::iter::from_fn(|| revocations.try_recv()).any(|r| r == Revocation::Recheck)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -153,6 +153,7 @@ impl std::error::Error for AuthRejection {
 
 #[cfg(test)]
 mod tests {
+    use crate::PlainHttp;
     use std::time::Duration;
 
     use super::*;
@@ -170,7 +171,7 @@ mod tests {
     #[test]
     fn the_message_names_neither_the_host_nor_the_detail() {
         let error = ResolveError::AuthBadResponse {
-            host: Endpoint::parse("https://auth.internal.example", false)
+            host: Endpoint::parse("https://auth.internal.example", PlainHttp::LoopbackOnly)
                 .unwrap()
                 .into(),
             detail: "field \"id\" is a string".into(),

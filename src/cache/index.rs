@@ -298,6 +298,7 @@ fn remove(table: &mut HashTable<TokenEntry>, hash: u64, key: &CacheKey) {
 
 #[cfg(test)]
 mod tests {
+    use crate::PlainHttp;
     use std::collections::HashSet;
     use std::sync::Arc;
 
@@ -309,7 +310,7 @@ mod tests {
     }
 
     fn endpoint(url: &str) -> Arc<Endpoint> {
-        Arc::new(Endpoint::parse(url, false).unwrap())
+        Arc::new(Endpoint::parse(url, PlainHttp::LoopbackOnly).unwrap())
     }
 
     /// A store that holds everything.

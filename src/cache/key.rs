@@ -204,10 +204,14 @@ mod tests {
     use crate::cache::store::Store as Cache;
     use crate::cache::{Lookup, Verdict};
     use crate::user::User;
+    use crate::PlainHttp;
     use std::time::Duration;
 
     fn key(endpoint: &str, token: &str) -> CacheKey {
-        CacheKey::new(Arc::new(Endpoint::parse(endpoint, false).unwrap()), token)
+        CacheKey::new(
+            Arc::new(Endpoint::parse(endpoint, PlainHttp::LoopbackOnly).unwrap()),
+            token,
+        )
     }
 
     fn user(id: i64) -> Cached {
@@ -223,7 +227,7 @@ mod tests {
 
     /// The fresh user's id for `token` at `https://a.example`, looked up by a borrowed key.
     fn id_at_a(cache: &Cache, token: &str) -> Option<i64> {
-        let endpoint = Endpoint::parse("https://a.example", false).unwrap();
+        let endpoint = Endpoint::parse("https://a.example", PlainHttp::LoopbackOnly).unwrap();
         match cache.get(&KeyRef {
             endpoint: &endpoint,
             token,

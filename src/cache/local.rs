@@ -10,12 +10,10 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::broadcast;
-
 use super::entry::{Cached, Lookup, Verdict};
 use super::index::Index;
 use super::key::{CacheKey, KeyRef, KeyView};
-use super::revocation::{DatedRevocation, Revocation, Revocations};
+use super::revocation::{DatedRevocation, Revocation, RevocationFeed, Revocations};
 use super::revoked::{Mark, Named, RevocationLog};
 use super::store::Store;
 use crate::auth_url::Endpoint;
@@ -298,12 +296,12 @@ impl Local {
     }
 
     /// A subscriber to every revocation from now on.
-    pub(super) fn subscribe(&self) -> broadcast::Receiver<Revocation> {
+    pub(super) fn subscribe(&self) -> RevocationFeed<Revocation> {
         self.revocations.subscribe()
     }
 
     /// A subscriber to every revocation from now on, with the time each was made.
-    pub(super) fn subscribe_dated(&self) -> broadcast::Receiver<DatedRevocation> {
+    pub(super) fn subscribe_dated(&self) -> RevocationFeed<DatedRevocation> {
         self.revocations.subscribe_dated()
     }
 

@@ -46,7 +46,7 @@ pub(crate) use redis::RedisTier;
 use redis::SharedCache;
 #[cfg(feature = "redis")]
 pub use redis::{RedisTier, RedisTierError};
-pub use revocation::{DatedRevocation, Revocation, TokenFingerprint};
+pub use revocation::{DatedRevocation, Revocation, RevocationFeed, TokenFingerprint};
 pub(crate) use revoked::Mark;
 use store::Store;
 
@@ -367,12 +367,12 @@ impl Tiers {
     }
 
     /// A subscriber to every revocation from now on.
-    pub(crate) fn revocations(&self) -> tokio::sync::broadcast::Receiver<Revocation> {
+    pub(crate) fn revocations(&self) -> RevocationFeed<Revocation> {
         self.local.subscribe()
     }
 
     /// A subscriber to every revocation from now on, with the time each was made.
-    pub(crate) fn dated_revocations(&self) -> tokio::sync::broadcast::Receiver<DatedRevocation> {
+    pub(crate) fn dated_revocations(&self) -> RevocationFeed<DatedRevocation> {
         self.local.subscribe_dated()
     }
 
@@ -426,6 +426,7 @@ fn local_fingerprint() -> Fingerprint {
 #[cfg(all(test, feature = "redis"))]
 mod tests {
     use super::*;
+    use crate::PlainHttp;
 
     /// Tiers whose shared tier is a Redis nobody listens for: every revocation stays pending.
     fn unreachable() -> Tiers {
@@ -444,7 +445,7 @@ mod tests {
     #[tokio::test]
     async fn the_outbox_is_bounded_and_what_comes_past_it_is_one_revocation_of_everything() {
         let tiers = unreachable();
-        let endpoint = Endpoint::parse("https://a.example", false).unwrap();
+        let endpoint = Endpoint::parse("https://a.example", PlainHttp::LoopbackOnly).unwrap();
         let now = SystemTime::now();
         for user in 0..OUTBOX_CAP as i64 {
             let ack = tiers.invalidate_user(&endpoint, user, now).unwrap();

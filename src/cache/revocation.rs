@@ -14,7 +14,7 @@ use std::ops::Deref;
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::broadcast;
+use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 
 /// How many revocations a subscriber may fall behind before it is told it lagged.
 const CAPACITY: usize = 1024;
@@ -198,13 +198,96 @@ impl Revocations {
     }
 
     /// A new subscriber, which sees every revocation from now on.
-    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Revocation> {
-        self.sender.subscribe()
+    pub(crate) fn subscribe(&self) -> RevocationFeed<Revocation> {
+        RevocationFeed::new(self.sender.subscribe())
     }
 
     /// A new subscriber to the revocations with their time, from now on.
-    pub(crate) fn subscribe_dated(&self) -> broadcast::Receiver<DatedRevocation> {
-        self.dated.subscribe()
+    pub(crate) fn subscribe_dated(&self) -> RevocationFeed<DatedRevocation> {
+        RevocationFeed::new(self.dated.subscribe())
+    }
+}
+
+/// Every revocation a resolver makes or hears from the moment of subscribing, in order: what
+/// [`Resolver::revocations`](crate::Resolver::revocations) (`T` = [`Revocation`]) and
+/// [`Resolver::dated_revocations`](crate::Resolver::dated_revocations) (`T` =
+/// [`DatedRevocation`]) return.
+///
+/// A subscriber that falls more than 1,024 revocations behind cannot know which it missed: it
+/// is handed one [`Revocation::Recheck`] in their place, so that it checks again everything it
+/// holds, and [`missed`](Self::missed) counts them. Nothing it is told is ever silently lost.
+///
+/// ```
+/// # async fn example(resolver: token_resolver::Resolver) {
+/// use token_resolver::Revocation;
+///
+/// let mut revocations = resolver.revocations();
+/// while let Some(revocation) = revocations.recv().await {
+///     match revocation {
+///         Revocation::Token { .. } | Revocation::User { .. } | Revocation::Session { .. } => {
+///             // close the sessions it names
+///         }
+///         _ => {} // Recheck, All: check every session's token again
+///     }
+/// }
+/// // The resolver (every clone of it) is gone.
+/// # }
+/// ```
+pub struct RevocationFeed<T> {
+    receiver: broadcast::Receiver<T>,
+    missed: u64,
+}
+
+impl<T: Clone + From<Revocation>> RevocationFeed<T> {
+    fn new(receiver: broadcast::Receiver<T>) -> RevocationFeed<T> {
+        RevocationFeed {
+            receiver,
+            missed: 0,
+        }
+    }
+
+    /// The next revocation, once there is one; `None` once the resolver and every clone of it
+    /// are dropped.
+    pub async fn recv(&mut self) -> Option<T> {
+        match self.receiver.recv().await {
+            Ok(revocation) => Some(revocation),
+            Err(RecvError::Lagged(missed)) => Some(self.lagged(missed)),
+            Err(RecvError::Closed) => None,
+        }
+    }
+
+    /// The next revocation already told, without waiting: `None` when there is none yet (or the
+    /// resolver is gone).
+    pub fn try_recv(&mut self) -> Option<T> {
+        match self.receiver.try_recv() {
+            Ok(revocation) => Some(revocation),
+            Err(TryRecvError::Lagged(missed)) => Some(self.lagged(missed)),
+            Err(TryRecvError::Empty | TryRecvError::Closed) => None,
+        }
+    }
+
+    /// How many revocations this subscriber has missed by falling behind, in all; each time it
+    /// did, it was handed one [`Revocation::Recheck`] in their place.
+    pub fn missed(&self) -> u64 {
+        self.missed
+    }
+
+    fn lagged(&mut self, missed: u64) -> T {
+        self.missed = self.missed.saturating_add(missed);
+        tracing::warn!(
+            missed,
+            "revocations missed: told as a re-check of everything"
+        );
+        T::from(Revocation::Recheck)
+    }
+}
+
+impl<T> fmt::Debug for RevocationFeed<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RevocationFeed")
+            .field("waiting", &self.receiver.len())
+            .field("missed", &self.missed)
+            .finish()
     }
 }
 
@@ -223,6 +306,33 @@ mod tests {
         assert_eq!(*dated, Revocation::All);
         let undated = DatedRevocation::from(Revocation::All);
         assert!(!undated.spares(made + Duration::from_secs(1_000_000)));
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_falls_behind_is_told_to_recheck_and_loses_nothing_after() {
+        let revocations = Revocations::new(Duration::ZERO);
+        let mut feed = revocations.subscribe();
+        let mut dated = revocations.subscribe_dated();
+        let user = |id| Revocation::User {
+            endpoint: "https://a.example/api/user".into(),
+            user_id: id,
+        };
+        let told = CAPACITY as i64 + 6;
+        for id in 0..told {
+            revocations.publish(user(id), None);
+        }
+        // The six oldest were overwritten: one Recheck stands for them, then the rest in order.
+        assert_eq!(feed.recv().await, Some(Revocation::Recheck));
+        assert_eq!(feed.missed(), 6);
+        assert_eq!(feed.recv().await, Some(user(6)));
+        assert_eq!(*dated.try_recv().unwrap(), Revocation::Recheck);
+        assert_eq!(dated.missed(), 6);
+        assert_eq!(*dated.try_recv().unwrap(), user(6));
+        let rest = std::iter::from_fn(|| feed.try_recv()).count();
+        assert_eq!(rest as i64, told - 7);
+        assert_eq!(feed.try_recv(), None, "nothing more was told");
+        drop(revocations);
+        assert_eq!(feed.recv().await, None, "the publisher is gone");
     }
 
     #[test]

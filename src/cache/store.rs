@@ -239,9 +239,13 @@ mod tests {
     use super::*;
     use crate::auth_url::Endpoint;
     use crate::cache::key::KeyRef;
+    use crate::PlainHttp;
 
     fn key(endpoint: &str, token: &str) -> CacheKey {
-        CacheKey::new(Arc::new(Endpoint::parse(endpoint, false).unwrap()), token)
+        CacheKey::new(
+            Arc::new(Endpoint::parse(endpoint, PlainHttp::LoopbackOnly).unwrap()),
+            token,
+        )
     }
 
     fn user(id: i64, fresh: Duration) -> Cached {
@@ -256,7 +260,7 @@ mod tests {
     }
 
     fn endpoint(url: &str) -> Endpoint {
-        Endpoint::parse(url, false).unwrap()
+        Endpoint::parse(url, PlainHttp::LoopbackOnly).unwrap()
     }
 
     /// Users for 60 s, rejections for 5 s, `stale_for` past a user's freshness.

@@ -11,7 +11,7 @@ use super::flight::Flights;
 use super::request::Identity;
 use super::stats::Counters;
 use super::{Inner, Resolver};
-use crate::auth_url::{AllowList, Endpoint};
+use crate::auth_url::{AllowList, Endpoint, PlainHttp};
 use crate::cache::{RedisTier, TierSettings, Tiers};
 use crate::error::ConfigError;
 use crate::telemetry;
@@ -50,7 +50,7 @@ pub struct ResolverBuilder {
     default_auth_url: Option<String>,
     allowed_auth_urls: Vec<String>,
     auth_required: bool,
-    allow_insecure_http: bool,
+    plain_http: PlainHttp,
     cache_ttl: Duration,
     negative_cache_ttl: Duration,
     max_cache_entries: u64,
@@ -76,7 +76,7 @@ impl Default for ResolverBuilder {
             default_auth_url: None,
             allowed_auth_urls: Vec::new(),
             auth_required: true,
-            allow_insecure_http: false,
+            plain_http: PlainHttp::LoopbackOnly,
             cache_ttl: Duration::from_secs(60),
             negative_cache_ttl: Duration::from_secs(5),
             max_cache_entries: 100_000,
@@ -130,7 +130,11 @@ impl ResolverBuilder {
     /// `false` (`http://` only to `localhost`, `127.0.0.0/8` and `[::1]`).
     pub fn allow_insecure_http(self, allow: bool) -> Self {
         ResolverBuilder {
-            allow_insecure_http: allow,
+            plain_http: if allow {
+                PlainHttp::Anywhere
+            } else {
+                PlainHttp::LoopbackOnly
+            },
             ..self
         }
     }
@@ -376,7 +380,7 @@ impl ResolverBuilder {
     /// The allowlist (the default authUrl and every `allow_auth_url`) and the default endpoint.
     fn allow_list(&self) -> Result<(AllowList, Option<Arc<Endpoint>>), ConfigError> {
         let parse = |setting: &'static str, url: &str| {
-            Endpoint::parse(url, self.allow_insecure_http)
+            Endpoint::parse(url, self.plain_http)
                 .map(|e| (Box::<str>::from(url), Arc::new(e)))
                 .map_err(|reason| ConfigError::new(setting, format!("{url:?}: {reason}")))
         };
@@ -395,7 +399,7 @@ impl ResolverBuilder {
         for url in &self.allowed_auth_urls {
             entries.push(parse("allow_auth_url", url)?);
         }
-        let allow = AllowList::new(entries, self.allow_insecure_http);
+        let allow = AllowList::new(entries, self.plain_http);
         Ok((allow, default.map(|(_, endpoint)| endpoint)))
     }
 

@@ -130,6 +130,7 @@ impl<T> Drop for Seat<'_, '_, T> {
 
 #[cfg(test)]
 mod tests {
+    use crate::PlainHttp;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
@@ -145,7 +146,7 @@ mod tests {
     }
 
     fn endpoint() -> Endpoint {
-        Endpoint::parse(EP, false).unwrap()
+        Endpoint::parse(EP, PlainHttp::LoopbackOnly).unwrap()
     }
 
     /// How many callers are seated on `token`'s flight (0 without one).

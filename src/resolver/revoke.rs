@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::Resolver;
-use crate::auth_url::Endpoint;
-use crate::cache::{Ack, DatedRevocation, KeyRef, Revocation, TokenFingerprint};
+use crate::auth_url::{Endpoint, PlainHttp};
+use crate::cache::{Ack, DatedRevocation, KeyRef, Revocation, RevocationFeed, TokenFingerprint};
 use crate::error::ResolveError;
 use crate::token::AccessToken;
 
@@ -88,10 +88,10 @@ impl Resolver {
     /// [`Revocation::Recheck`] when some may have been missed. A game server closes the
     /// sessions that hold a revoked token or user.
     ///
-    /// A subscriber that falls more than 1,024 revocations behind is told so by
-    /// [`RecvError::Lagged`](tokio::sync::broadcast::error::RecvError::Lagged): it should then
+    /// A subscriber that falls more than 1,024 revocations behind is handed one
+    /// [`Revocation::Recheck`] in place of what it missed ([`RevocationFeed`]): it should then
     /// re-check everything it holds.
-    pub fn revocations(&self) -> tokio::sync::broadcast::Receiver<Revocation> {
+    pub fn revocations(&self) -> RevocationFeed<Revocation> {
         self.inner.cache.revocations()
     }
 
@@ -99,7 +99,7 @@ impl Resolver {
     /// ([`DatedRevocation`], which dereferences to the [`Revocation`]): a revocation that
     /// arrives late closes only the sessions that may hold an answer from before it
     /// ([`DatedRevocation::spares`]).
-    pub fn dated_revocations(&self) -> tokio::sync::broadcast::Receiver<DatedRevocation> {
+    pub fn dated_revocations(&self) -> RevocationFeed<DatedRevocation> {
         self.inner.cache.dated_revocations()
     }
 
@@ -204,7 +204,7 @@ impl Resolver {
     /// session to recognise its token in a revocation without keeping the token for that.
     /// `None` when `auth_url` is not a usable authUrl.
     pub fn fingerprint(&self, auth_url: &str, access_token: &str) -> Option<TokenFingerprint> {
-        let endpoint = Endpoint::parse(auth_url, true).ok()?;
+        let endpoint = Endpoint::parse(auth_url, PlainHttp::Anywhere).ok()?;
         Some(
             self.inner
                 .cache
@@ -219,7 +219,7 @@ impl Resolver {
     /// already in flight is not joined by later callers, and its answer is neither cached nor
     /// handed to anyone: it starts again.
     pub fn invalidate(&self, auth_url: &str, access_token: &str) {
-        if let Ok(endpoint) = Endpoint::parse(auth_url, true) {
+        if let Ok(endpoint) = Endpoint::parse(auth_url, PlainHttp::Anywhere) {
             self.inner.flights.forget(&KeyRef {
                 endpoint: &endpoint,
                 token: access_token,
@@ -233,7 +233,7 @@ impl Resolver {
     /// the user has cached, not what the cache holds. A look-up in flight that turns out to be
     /// this user's is not cached nor handed to anyone: it starts again.
     pub fn invalidate_user(&self, auth_url: &str, user_id: i64) {
-        if let Ok(endpoint) = Endpoint::parse(auth_url, true) {
+        if let Ok(endpoint) = Endpoint::parse(auth_url, PlainHttp::Anywhere) {
             let _ = (self.inner.cache).invalidate_user(&endpoint, user_id, SystemTime::now());
         }
     }
@@ -246,7 +246,7 @@ impl Resolver {
     ///
     /// [`User::session`]: crate::User::session
     pub fn invalidate_session(&self, auth_url: &str, user_id: i64, session: &str) {
-        if let Ok(endpoint) = Endpoint::parse(auth_url, true) {
+        if let Ok(endpoint) = Endpoint::parse(auth_url, PlainHttp::Anywhere) {
             let _ = (self.inner.cache).invalidate_session(
                 &endpoint,
                 user_id,

@@ -13,7 +13,7 @@ use super::{
     MAX_SANE_MAX_AGE_SECS, SLOW_P95,
 };
 use token_resolver::answer::parse_user;
-use token_resolver::{check_syntax, Endpoint};
+use token_resolver::{check_syntax, Endpoint, PlainHttp};
 use token_resolver_player::{ClientError, IntegratorClient, LoggedIn};
 
 /// The `https` check on its own, from the URL alone (no traffic): `https` passes, `http` to
@@ -34,7 +34,7 @@ pub fn https_check(auth_url: &str, allow_insecure_http: bool) -> CheckResult {
     let host = url.host_str().unwrap_or_default().to_owned();
     match url.scheme() {
         "https" => CheckResult::pass(id, "https"),
-        "http" if Endpoint::parse(auth_url, false).is_ok() => CheckResult::pass(
+        "http" if Endpoint::parse(auth_url, PlainHttp::LoopbackOnly).is_ok() => CheckResult::pass(
             id,
             format!("http to the loopback host {host}: fine for testing; use https in production"),
         ),

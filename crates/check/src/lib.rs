@@ -33,7 +33,7 @@ use std::time::Duration;
 pub use self::checks::https_check;
 use self::checks::{check_login_flow, check_token_syntax, check_with_token};
 pub use self::report::{CheckId, CheckResult, Report, Verdict};
-use token_resolver::{AuthUrlError, Endpoint};
+use token_resolver::{AuthUrlError, Endpoint, PlainHttp};
 
 /// Largest answer body read, as the resolver's default `max_response_bytes`.
 pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -162,7 +162,8 @@ const AFTER_HTTPS: [CheckId; 9] = [
 /// without a token or credentials, [`CheckError::HttpClient`] when no HTTP client can start.
 /// Everything the API does wrong is in the [`Report`].
 pub async fn run(config: &CheckConfig) -> Result<Report, CheckError> {
-    let endpoint = Endpoint::parse(&config.auth_url, true).map_err(CheckError::InvalidUrl)?;
+    let endpoint =
+        Endpoint::parse(&config.auth_url, PlainHttp::Anywhere).map_err(CheckError::InvalidUrl)?;
     if config.access_token.is_none() && config.login.is_none() {
         return Err(CheckError::NoToken);
     }

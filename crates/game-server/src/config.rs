@@ -13,7 +13,7 @@ use super::protocol::{
 };
 #[cfg(doc)]
 use super::GameServer;
-use token_resolver::Endpoint;
+use token_resolver::{Endpoint, PlainHttp};
 
 /// Longest room id accepted in a rooms file.
 const MAX_ROOM_ID_BYTES: usize = 256;
@@ -72,16 +72,16 @@ impl RoomConfig {
     pub fn uncovered_auth_urls(
         rooms: &[RoomConfig],
         allowed: &[&str],
-        allow_insecure_http: bool,
+        plain_http: PlainHttp,
     ) -> Vec<String> {
         let allowed: Vec<Endpoint> = allowed
             .iter()
-            .filter_map(|u| Endpoint::parse(u, allow_insecure_http).ok())
+            .filter_map(|u| Endpoint::parse(u, plain_http).ok())
             .collect();
         rooms
             .iter()
             .filter_map(|r| r.auth_url.as_deref())
-            .filter(|url| match Endpoint::parse(url, allow_insecure_http) {
+            .filter(|url| match Endpoint::parse(url, plain_http) {
                 Ok(endpoint) => !allowed.iter().any(|a| a.covers(&endpoint)),
                 Err(_) => true,
             })
@@ -146,7 +146,7 @@ pub(super) fn validate_rooms(rooms: &[RoomConfig]) -> Result<(), GameServerError
         if let Some(url) = &room.auth_url {
             // Only the URL's form is checked here; whether it may be called is the
             // resolver's allowlist's business.
-            Endpoint::parse(url, true)
+            Endpoint::parse(url, PlainHttp::Anywhere)
                 .map_err(|reason| bad(format!("room {:?}: authUrl {reason}", room.room_id)))?;
         }
     }
@@ -268,7 +268,11 @@ mod tests {
             },
         ];
         assert_eq!(
-            RoomConfig::uncovered_auth_urls(&rooms, &["https://auth.example/game"], false),
+            RoomConfig::uncovered_auth_urls(
+                &rooms,
+                &["https://auth.example/game"],
+                PlainHttp::LoopbackOnly
+            ),
             ["https://other.example"]
         );
     }

@@ -12,7 +12,7 @@ use tokio_util::task::TaskTracker;
 
 use super::config::GameServerConfig;
 use super::protocol::{SERVER_BUSY, TOO_MANY_CONNECTIONS};
-use token_resolver::{Endpoint, Identity, Resolver};
+use token_resolver::{Endpoint, Identity, PlainHttp, Resolver};
 use token_resolver_listener::{AddressSlot, Budget, PerAddress};
 use token_resolver_player::RoomInfo;
 use token_resolver_sessions::{AdminNode, Pacer, Registry};
@@ -177,7 +177,7 @@ fn leave_all(members: &mut HashMap<String, HashMap<u64, Identity>>, connection: 
 
 /// The normalised endpoint of an authUrl; `None` when it does not parse.
 pub(super) fn normalised(auth_url: &str) -> Option<String> {
-    Endpoint::parse(auth_url, true)
+    Endpoint::parse(auth_url, PlainHttp::Anywhere)
         .ok()
         .map(|endpoint| endpoint.as_str().to_owned())
 }

@@ -4,18 +4,17 @@
 
 use std::sync::Weak;
 
-use tokio::sync::broadcast::{self, error::RecvError};
 use tokio_util::sync::CancellationToken;
 
 use crate::registry::Registry;
-use token_resolver::{DatedRevocation, Revocation};
+use token_resolver::{DatedRevocation, Revocation, RevocationFeed};
 
 /// Applies `revocations` to the sessions in `registry` until the server is `cut` or gone; a lag
 /// (revocations missed) makes every session check its tokens again. Given
 /// [`Resolver::dated_revocations`](token_resolver::Resolver::dated_revocations), a revocation
 /// that arrives late spares the sessions resolved well after it was made.
 pub async fn listen<R>(
-    revocations: broadcast::Receiver<R>,
+    revocations: RevocationFeed<R>,
     cut: CancellationToken,
     registry: Weak<Registry>,
 ) where
@@ -31,10 +30,10 @@ pub async fn listen<R>(
 }
 
 /// Hands each of `revocations` ([`Revocation`]s, or [`DatedRevocation`]s) to `apply` with
-/// `target` until `cut`, the end of the feed or `target`'s; a lag (revocations missed) is
-/// handed on as [`Revocation::Recheck`], which assumes nothing of what was missed.
+/// `target` until `cut`, the end of the feed or `target`'s; a lag (revocations missed) comes
+/// from the feed as [`Revocation::Recheck`], which assumes nothing of what was missed.
 pub async fn follow<T: ?Sized, R: Clone + From<Revocation>>(
-    mut revocations: broadcast::Receiver<R>,
+    mut revocations: RevocationFeed<R>,
     cut: CancellationToken,
     target: Weak<T>,
     apply: impl Fn(&T, &R),
@@ -44,16 +43,9 @@ pub async fn follow<T: ?Sized, R: Clone + From<Revocation>>(
             () = cut.cancelled() => return,
             received = revocations.recv() => received,
         };
-        let Some(target) = target.upgrade() else {
+        let (Some(target), Some(revocation)) = (target.upgrade(), received) else {
             return;
         };
-        match received {
-            Ok(revocation) => apply(&target, &revocation),
-            Err(RecvError::Lagged(missed)) => {
-                tracing::warn!(missed, "revocations missed: treated as a re-check of all");
-                apply(&target, &R::from(Revocation::Recheck));
-            }
-            Err(RecvError::Closed) => return,
-        }
+        apply(&target, &revocation);
     }
 }

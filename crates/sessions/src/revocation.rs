@@ -7,7 +7,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::node::AdminNode;
-use token_resolver::{Delivery, Endpoint, ResolveError, Revocation, Revoke};
+use token_resolver::{Delivery, Endpoint, PlainHttp, ResolveError, Revocation, Revoke};
 
 /// What [`close_then_invalidate`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +56,7 @@ fn as_sessions_see_it(node: &dyn AdminNode, what: &Revoke) -> Option<Revocation>
         let endpoint = if auth_url.is_empty() {
             resolver.default_endpoint().cloned()
         } else {
-            Endpoint::parse(auth_url, true).ok()
+            Endpoint::parse(auth_url, PlainHttp::Anywhere).ok()
         };
         endpoint.map(|e| e.as_str().to_owned())
     };

@@ -36,7 +36,7 @@ use serde_json::{json, Map, Value};
 
 use crate::node::AdminNode;
 use crate::revocation::{close_then_invalidate, Revoked};
-use token_resolver::{check_syntax, AccessToken, Endpoint, Revoke};
+use token_resolver::{check_syntax, AccessToken, Endpoint, PlainHttp, Revoke};
 use token_resolver_listener::AdminSecret;
 
 /// Whether a request's one `Authorization: Bearer …` header (scheme case-insensitive) carries
@@ -301,9 +301,8 @@ fn asked(node: &dyn AdminNode, fields: &Map<String, Value>) -> Result<Asked, Str
 /// The endpoint of the body's `auth_url`, or the server's default.
 fn endpoint(node: &dyn AdminNode, fields: &Map<String, Value>) -> Result<Endpoint, String> {
     match fields.get("auth_url") {
-        Some(Value::String(url)) => {
-            Endpoint::parse(url, true).map_err(|e| format!("auth_url: not a usable authUrl ({e})"))
-        }
+        Some(Value::String(url)) => Endpoint::parse(url, PlainHttp::Anywhere)
+            .map_err(|e| format!("auth_url: not a usable authUrl ({e})")),
         Some(_) => Err("auth_url: must be a string".to_owned()),
         None => {
             node.resolver().default_endpoint().cloned().ok_or_else(|| {

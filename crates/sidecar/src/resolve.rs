@@ -22,7 +22,7 @@ use super::answer::{check_session, error, no_store};
 use super::sessions::{self, Kept, Refused};
 use super::Node;
 use token_resolver::axum::AuthRejection;
-use token_resolver::{AccessToken, ConnectRequest, Endpoint, ResolveError, User};
+use token_resolver::{AccessToken, ConnectRequest, Endpoint, PlainHttp, ResolveError, User};
 use token_resolver_sessions::{Credential, Purpose};
 
 /// The body of `POST /v1/resolve`.
@@ -147,7 +147,7 @@ impl Node {
                         .to_owned(),
                 });
         }
-        Endpoint::parse(auth_url, true)
+        Endpoint::parse(auth_url, PlainHttp::Anywhere)
             .map(|endpoint| Cow::Owned(endpoint.as_str().to_owned()))
             .map_err(|e| ResolveError::AuthUrlNotAllowed {
                 reason: e.to_string(),

@@ -39,7 +39,7 @@ use super::conn::Conn;
 use super::connect::READ_RESPONSE_TIMEOUT;
 use super::invalidation::{Message, Revoked};
 use super::{Core, SharedCache};
-use crate::auth_url::Endpoint;
+use crate::auth_url::{Endpoint, PlainHttp};
 use crate::cache::local::Local;
 use crate::cache::Revocation;
 use crate::telemetry;
@@ -192,7 +192,7 @@ impl Endpoints {
             if self.0.len() >= Self::KEPT {
                 self.0.clear();
             }
-            let parsed = Endpoint::parse(endpoint, true).ok();
+            let parsed = Endpoint::parse(endpoint, PlainHttp::Anywhere).ok();
             self.0.insert(endpoint.to_owned(), parsed);
         }
         self.0.get(endpoint).and_then(Option::as_ref)

@@ -169,7 +169,7 @@ fn server(args: &GameServerArgs, tier: Option<RedisTier>) -> Result<GameServer, 
             .map(String::as_str)
             .collect();
         let uncovered =
-            RoomConfig::uncovered_auth_urls(&rooms, &allowed, args.resolver.allow_insecure_http);
+            RoomConfig::uncovered_auth_urls(&rooms, &allowed, args.resolver.plain_http());
         if let Some(url) = uncovered.first() {
             return Err(format!(
                 "room authUrl {url:?} is not allowed, so every join to its room would fail: add --allow-auth-url {url}"

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use token_resolver::{RedisTier, Resolver, ResolverBuilder};
+use token_resolver::{PlainHttp, RedisTier, Resolver, ResolverBuilder};
 use token_resolver_game_server::AdminSecret;
 
 /// Why the server did not start: what to print, and the exit code.
@@ -91,6 +91,17 @@ pub(crate) struct ResolverArgs {
     /// Permit http:// to non-loopback auth APIs (sends tokens in the clear).
     #[arg(long)]
     pub(crate) allow_insecure_http: bool,
+}
+
+impl ResolverArgs {
+    /// Where `--allow-insecure-http` lets an authUrl use plain `http://`.
+    pub(crate) fn plain_http(&self) -> PlainHttp {
+        if self.allow_insecure_http {
+            PlainHttp::Anywhere
+        } else {
+            PlainHttp::LoopbackOnly
+        }
+    }
 }
 
 impl ResolverArgs {

@@ -20,7 +20,7 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Number, Value};
 use token_resolver::answer::{parse_cache_control, parse_user, Freshness};
 use token_resolver::{check_syntax, MAX_TOKEN_BYTES};
-use token_resolver::{AccessToken, Endpoint, ErrorCode, Resolver};
+use token_resolver::{AccessToken, Endpoint, ErrorCode, PlainHttp, Resolver};
 use token_resolver_player::{RoomInfo, RoomJoinArgs};
 
 mod answer;

@@ -50,7 +50,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use token_resolver::{Endpoint, Resolver};
+use token_resolver::{Endpoint, PlainHttp, Resolver};
 use token_resolver_player::IntegratorClient;
 use token_resolver_reference_api::{
     ApiConfig, ReferenceApi, ServeLimits, SessionLimits, MAX_TOKENS_PER_SESSION,
@@ -167,8 +167,12 @@ async fn run_inner(args: LoadArgs) -> Result<(), String> {
             (server.base(), target, Some(server))
         }
     };
-    let endpoint =
-        Endpoint::parse(&base, args.allow_insecure_http).map_err(|e| format!("--auth-url: {e}"))?;
+    let plain_http = if args.allow_insecure_http {
+        PlainHttp::Anywhere
+    } else {
+        PlainHttp::LoopbackOnly
+    };
+    let endpoint = Endpoint::parse(&base, plain_http).map_err(|e| format!("--auth-url: {e}"))?;
     let plan = Arc::new(plan(&args, &base).await?);
 
     println!(
