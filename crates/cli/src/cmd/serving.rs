@@ -47,27 +47,42 @@ pub(crate) fn admin_secret() -> Result<Option<AdminSecret>, String> {
     }
 }
 
-/// SIGTERM (what an orchestrator sends) or Ctrl-C. The handlers are installed when this is
-/// called, not when the future is first polled: a caller takes it before it says it is ready
+/// SIGTERM (what an orchestrator sends) or Ctrl-C. On unix the handlers are installed when this
+/// is called, not when the future is first polled: a caller takes it before it says it is ready
 /// (its banner), so that a SIGTERM sent as soon as the banner is read drains the process
-/// instead of killing it.
+/// instead of killing it. One sent during start-up waits for the start to finish (it is
+/// bounded), then drains.
 pub(crate) fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let term = signal(SignalKind::terminate());
-        let interrupt = signal(SignalKind::interrupt());
+        // Each stream that could be installed is waited on; one that could not never fires.
+        // tokio keeps a handler once installed, so a stream must not be dropped while the
+        // process runs: a SIGTERM it caught would then be ignored.
+        let term = signal(SignalKind::terminate()).ok();
+        let interrupt = signal(SignalKind::interrupt()).ok();
         async move {
-            match (term, interrupt) {
-                (Ok(mut term), Ok(mut interrupt)) => {
-                    tokio::select! {
-                        _ = term.recv() => {}
-                        _ = interrupt.recv() => {}
+            let term = async {
+                match term {
+                    Some(mut term) => {
+                        term.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let interrupt = async {
+                match interrupt {
+                    Some(mut interrupt) => {
+                        interrupt.recv().await;
+                    }
+                    None => {
+                        let _ = tokio::signal::ctrl_c().await;
                     }
                 }
-                _ => {
-                    let _ = tokio::signal::ctrl_c().await;
-                }
+            };
+            tokio::select! {
+                () = term => {}
+                () = interrupt => {}
             }
         }
     }
