@@ -6,6 +6,7 @@ use token_resolver_support as support;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use serde_json::json;
 
@@ -133,10 +134,15 @@ async fn the_sidecar_subcommand_serves_its_three_listeners_and_drains_on_sigterm
         .status()
         .unwrap();
     assert!(status.success());
-    support::eventually_async("the sidecar exits after SIGTERM", || {
-        let exited = sidecar.child.try_wait().unwrap().is_some();
-        async move { exited }
-    })
+    // Within 15 s: its drain may take up to its default 10 s, and the admin listener's stop.
+    support::eventually_within(
+        "the sidecar exits after SIGTERM",
+        Duration::from_secs(15),
+        || {
+            let exited = sidecar.child.try_wait().unwrap().is_some();
+            async move { exited }
+        },
+    )
     .await;
     // The status try_wait saw.
     let exited = sidecar.child.wait().unwrap();
