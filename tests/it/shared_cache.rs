@@ -309,12 +309,9 @@ async fn killing_and_restarting_redis_mid_run_loses_no_resolution() {
     })
     .await;
     stop.store(true, Ordering::SeqCst);
-    let done = load.await.unwrap();
-    assert_eq!(
-        done,
-        progress.load(Ordering::SeqCst),
-        "every resolution succeeded"
-    );
+    // Each resolution unwraps in the load task: one failure ends it, and its join fails here.
+    let done = load.await.expect("a resolution failed across the restarts");
+    assert!(done >= at + 100, "the load ran on after the restarts");
     drop(redis);
 }
 
