@@ -55,12 +55,22 @@ pub async fn eventually(what: &str, condition: impl Fn() -> bool) {
 
 /// [`eventually`] for a condition that has to await to find out (an HTTP call, a Redis read):
 /// `condition` is called again every few milliseconds until its future yields `true`.
-pub async fn eventually_async<F, Fut>(what: &str, mut condition: F)
+pub async fn eventually_async<F, Fut>(what: &str, condition: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    eventually_within(what, Duration::from_secs(10), condition).await;
+}
+
+/// [`eventually_async`] with its own limit, for what may take longer than 10 s by design (a
+/// process's drain, a link's heal after its keepalives give up).
+pub async fn eventually_within<F, Fut>(what: &str, limit: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
     while !condition().await {
         assert!(
             tokio::time::Instant::now() < deadline,
