@@ -38,9 +38,10 @@ mod purger;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use token_resolver::{Resolver, Revocation, TokenFingerprint, User};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use self::config::{NginxCache, PurgeUrlError};
