@@ -39,6 +39,18 @@ pub enum PlainHttp {
     Anywhere,
 }
 
+impl PlainHttp {
+    /// The policy a setting named `allow_insecure_http` asks for (the builder's setter, the
+    /// command line's `--allow-insecure-http`): [`Anywhere`](Self::Anywhere) when it is on.
+    pub fn allowed_if(allow_insecure_http: bool) -> PlainHttp {
+        if allow_insecure_http {
+            PlainHttp::Anywhere
+        } else {
+            PlainHttp::LoopbackOnly
+        }
+    }
+}
+
 /// A parsed, normalised authUrl: the `/api/user` URL to call, and what the allowlist compares.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Endpoint {

@@ -130,11 +130,7 @@ impl ResolverBuilder {
     /// `false` (`http://` only to `localhost`, `127.0.0.0/8` and `[::1]`).
     pub fn allow_insecure_http(self, allow: bool) -> Self {
         ResolverBuilder {
-            plain_http: if allow {
-                PlainHttp::Anywhere
-            } else {
-                PlainHttp::LoopbackOnly
-            },
+            plain_http: PlainHttp::allowed_if(allow),
             ..self
         }
     }

@@ -111,11 +111,7 @@ pub(crate) struct ResolverArgs {
 impl ResolverArgs {
     /// Where `--allow-insecure-http` lets an authUrl use plain `http://`.
     pub(crate) fn plain_http(&self) -> PlainHttp {
-        if self.allow_insecure_http {
-            PlainHttp::Anywhere
-        } else {
-            PlainHttp::LoopbackOnly
-        }
+        PlainHttp::allowed_if(self.allow_insecure_http)
     }
 }
 

@@ -27,15 +27,6 @@ pub fn check_auth_url(allowed: &str, candidate: &str, allow_insecure_http: bool)
     check_auth_url_with(allowed, candidate, allow_insecure_http, true);
 }
 
-/// The policy a fuzz input's flag bit names.
-fn plain_http(allow_insecure_http: bool) -> PlainHttp {
-    if allow_insecure_http {
-        PlainHttp::Anywhere
-    } else {
-        PlainHttp::LoopbackOnly
-    }
-}
-
 /// [`check_auth_url`], with the resolver's allowlist check only when `via_resolver`.
 pub fn check_auth_url_with(
     allowed: &str,
@@ -47,8 +38,9 @@ pub fn check_auth_url_with(
         check_endpoint(raw, allow_insecure_http);
         check_endpoint(raw, !allow_insecure_http);
     }
-    let parsed_allowed = Endpoint::parse(allowed, plain_http(allow_insecure_http)).ok();
-    let parsed_candidate = Endpoint::parse(candidate, plain_http(allow_insecure_http)).ok();
+    let parsed_allowed = Endpoint::parse(allowed, PlainHttp::allowed_if(allow_insecure_http)).ok();
+    let parsed_candidate =
+        Endpoint::parse(candidate, PlainHttp::allowed_if(allow_insecure_http)).ok();
     if let (Some(a), Some(c)) = (&parsed_allowed, &parsed_candidate) {
         check_covers(a, c);
         check_covers(c, a);
@@ -72,7 +64,7 @@ pub fn check_auth_url_with(
 /// trailing slashes trimmed, plus `/api/user` unless already there; parsing its own URL again
 /// gives the same endpoint; allowing insecure http only ever widens what is accepted.
 pub fn check_endpoint(raw: &str, allow_insecure_http: bool) {
-    let parsed = Endpoint::parse(raw, plain_http(allow_insecure_http));
+    let parsed = Endpoint::parse(raw, PlainHttp::allowed_if(allow_insecure_http));
     let widened = Endpoint::parse(raw, PlainHttp::Anywhere);
     let endpoint = match parsed {
         Ok(endpoint) => endpoint,
@@ -132,8 +124,11 @@ pub fn check_endpoint(raw: &str, allow_insecure_http: bool) {
         endpoint.as_str().len() <= token_resolver::MAX_AUTH_URL_BYTES,
         "the endpoint of {raw:?} is longer than the limit"
     );
-    let again = Endpoint::parse(endpoint.as_str(), plain_http(allow_insecure_http))
-        .unwrap_or_else(|e| panic!("the endpoint {endpoint:?} of {raw:?} does not parse: {e}"));
+    let again = Endpoint::parse(
+        endpoint.as_str(),
+        PlainHttp::allowed_if(allow_insecure_http),
+    )
+    .unwrap_or_else(|e| panic!("the endpoint {endpoint:?} of {raw:?} does not parse: {e}"));
     assert_eq!(again, endpoint, "normalising {raw:?} is not idempotent");
     assert_eq!(again.as_str(), endpoint.as_str());
 }

@@ -167,12 +167,8 @@ async fn run_inner(args: LoadArgs) -> Result<(), String> {
             (server.base(), target, Some(server))
         }
     };
-    let plain_http = if args.allow_insecure_http {
-        PlainHttp::Anywhere
-    } else {
-        PlainHttp::LoopbackOnly
-    };
-    let endpoint = Endpoint::parse(&base, plain_http).map_err(|e| format!("--auth-url: {e}"))?;
+    let endpoint = Endpoint::parse(&base, PlainHttp::allowed_if(args.allow_insecure_http))
+        .map_err(|e| format!("--auth-url: {e}"))?;
     let plan = Arc::new(plan(&args, &base).await?);
 
     println!(
