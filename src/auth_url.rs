@@ -20,6 +20,8 @@ use std::sync::{Arc, OnceLock};
 
 use url::{Host, Url};
 
+use crate::error::ResolveError;
+
 /// The path of the user information acquisition API under an authUrl.
 const USER_PATH: &str = "/api/user";
 
@@ -71,8 +73,8 @@ impl Endpoint {
     ///
     /// # Errors
     ///
-    /// An [`AuthUrlError`] saying which rule the URL breaks (never quoting the URL itself, which
-    /// a client may have filled with anything): unparsable, longer than
+    /// A [`ResolveError::AuthUrlNotAllowed`] saying which rule the URL breaks (never quoting the
+    /// URL itself, which a client may have filled with anything): unparsable, longer than
     /// [`MAX_AUTH_URL_BYTES`], not `http`/`https`, userinfo, a query, a fragment, an encoded
     /// slash, or `http` to a non-loopback host under [`PlainHttp::LoopbackOnly`].
     ///
@@ -87,7 +89,15 @@ impl Endpoint {
     /// assert!(Endpoint::parse("http://auth.example.com", PlainHttp::Anywhere).is_ok());
     /// assert!(Endpoint::parse("http://127.0.0.1:8080", PlainHttp::LoopbackOnly).is_ok());
     /// ```
-    pub fn parse(auth_url: &str, plain_http: PlainHttp) -> Result<Endpoint, AuthUrlError> {
+    pub fn parse(auth_url: &str, plain_http: PlainHttp) -> Result<Endpoint, ResolveError> {
+        Endpoint::try_parse(auth_url, plain_http).map_err(ResolveError::auth_url_not_allowed)
+    }
+
+    /// [`parse`](Self::parse), saying which rule failed as an [`AuthUrlError`].
+    pub(crate) fn try_parse(
+        auth_url: &str,
+        plain_http: PlainHttp,
+    ) -> Result<Endpoint, AuthUrlError> {
         if auth_url.len() > MAX_AUTH_URL_BYTES {
             return Err(AuthUrlError::TooLong);
         }
@@ -182,11 +192,11 @@ impl fmt::Debug for Endpoint {
     }
 }
 
-/// Why an authUrl cannot be used; see [`Endpoint::parse`]. The message names the rule and at
-/// most the host, never the rest of the URL.
+/// Why an authUrl cannot be used: the reason of the `auth_url_not_allowed` that
+/// [`Endpoint::parse`] returns. The message names the rule and at most the host, never the rest
+/// of the URL.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum AuthUrlError {
+pub(crate) enum AuthUrlError {
     /// Longer than [`MAX_AUTH_URL_BYTES`]; not parsed at all.
     #[error("longer than {MAX_AUTH_URL_BYTES} bytes")]
     TooLong,
@@ -280,7 +290,8 @@ impl AllowList {
     /// [`check`](Self::check) for a URL that is not written as one of the allowed ones.
     #[inline(never)]
     fn check_parsed(&self, auth_url: &str) -> Result<Cow<'_, Arc<Endpoint>>, NotAllowed> {
-        let candidate = Endpoint::parse(auth_url, self.plain_http).map_err(NotAllowed::Unusable)?;
+        let candidate =
+            Endpoint::try_parse(auth_url, self.plain_http).map_err(NotAllowed::Unusable)?;
         if let Some((_, endpoint)) = self.entries.iter().find(|(_, e)| **e == candidate) {
             return Ok(Cow::Borrowed(endpoint));
         }
@@ -416,7 +427,7 @@ mod tests {
         let url = format!("https://a.example/{}", "a".repeat(MAX_AUTH_URL_BYTES - 20));
         assert!(url.len() <= MAX_AUTH_URL_BYTES);
         assert_eq!(
-            Endpoint::parse(&url, PlainHttp::LoopbackOnly).unwrap_err(),
+            Endpoint::try_parse(&url, PlainHttp::LoopbackOnly).unwrap_err(),
             AuthUrlError::TooLongNormalised
         );
     }
@@ -425,7 +436,7 @@ mod tests {
     fn refuses_an_overlong_url_without_parsing() {
         let long = format!("https://a.example/{}", "a".repeat(MAX_AUTH_URL_BYTES));
         assert_eq!(
-            Endpoint::parse(&long, PlainHttp::LoopbackOnly).unwrap_err(),
+            Endpoint::try_parse(&long, PlainHttp::LoopbackOnly).unwrap_err(),
             AuthUrlError::TooLong
         );
     }

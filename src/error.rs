@@ -1,5 +1,5 @@
-//! What can go wrong: [`ResolveError`] for a resolution, [`ErrorCode`] for its stable string, and
-//! [`ConfigError`] for a [`ResolverBuilder`](crate::ResolverBuilder) that cannot be built.
+//! What can go wrong: [`ResolveError`] for a resolution (with the [`ErrorContext`] its variants
+//! carry), [`ErrorCode`] for its stable string, and [`ConfigError`] for a [`ResolverBuilder`](crate::ResolverBuilder) that cannot be built.
 //!
 //! No error here ever holds the access token: messages name the auth API's host and, where there
 //! was one, the HTTP status, and nothing the client sent except a sanitised authUrl.
@@ -79,120 +79,268 @@ impl fmt::Display for ErrorCode {
 
 /// Why a token could not be resolved to a user.
 ///
-/// Cheap to clone: when many tasks wait on one upstream call, each gets the same error.
-/// [`code`](Self::code) gives the stable code, [`is_retryable`](Self::is_retryable) whether a
-/// later try can succeed. The message names the auth API's host and the HTTP status where there
-/// was one, never the token.
+/// One variant per [`ErrorCode`]: match on the variant or on [`code`](Self::code), whichever
+/// reads better. What else there is to know is asked of the error, not read from its fields:
+/// [`host`](Self::host) (the auth API's host, never its path), [`status`](Self::status) (the
+/// HTTP status, where the API answered one), [`was_revoked`](Self::was_revoked), and the
+/// transport failure under an `auth_unavailable` as its [`source`](StdError::source). The
+/// message says what happened and what to do, and never holds the token.
 ///
-/// Small, so that `Result<Arc<User>, ResolveError>` is too: every cache hit returns one and
-/// pays for its size. Hence the one-pointer [`ApiHost`] and [`Cause`], and details as
-/// `Box<str>`.
-#[derive(Debug, Clone, thiserror::Error)]
+/// Cheap to clone: when many tasks wait on one upstream call, each gets the same error. Five
+/// words, so that `Result<Arc<User>, ResolveError>` is too: every cache hit returns one.
+///
+/// ```
+/// use token_resolver::{ErrorCode, ResolveError};
+///
+/// let e = ResolveError::token_malformed("contains a space");
+/// assert_eq!(e.code(), ErrorCode::TokenMalformed);
+/// assert!(matches!(e, ResolveError::TokenMalformed(_)));
+/// assert_eq!(e.to_string(), "the access token is malformed: contains a space");
+/// assert!(!e.is_retryable());
+/// ```
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum ResolveError {
     /// The client sent no token, or an empty one. Ask the player to log in.
-    #[error("no access token was sent; the client must log in and send one")]
     TokenMissing,
-
     /// The token is not an RFC 6750 `b64token` of at most 4096 bytes; no call was made.
     /// Do not retry: the client holds something that is not an access token.
-    #[error("the access token is malformed: {reason}")]
-    TokenMalformed {
-        /// What is wrong with it (never the token itself).
-        reason: &'static str,
-    },
-
-    /// The auth API answered 401 or 403: the token is unknown, expired or revoked.
+    TokenMalformed(ErrorContext),
+    /// The auth API answered 401 or 403 (the token is unknown, expired or revoked), or 200
+    /// with an `exp` that had passed; or the token, its user or its session was revoked here
+    /// or on another node while it was being resolved ([`was_revoked`](Self::was_revoked)).
     /// Ask the player to log in again.
-    #[error("{}", rejected(host, *status))]
-    TokenRejected {
-        /// Host of the auth API.
-        host: ApiHost,
-        /// The status the API answered: 401 or 403, or 200 when it answered with an `exp`
-        /// (or the token is a JWT whose `exp`) that had passed. A rejection served from the
-        /// negative cache carries the status of the answer that was cached.
-        status: u16,
-    },
-
+    TokenRejected(ErrorContext),
     /// The authUrl is unparsable, insecure, or not on the allowlist; no call was made.
     /// Check the room's authUrl against `allow_auth_url`.
-    #[error("authUrl not allowed: {reason}")]
-    AuthUrlNotAllowed {
-        /// Why it was refused.
-        reason: String,
-    },
-
+    AuthUrlNotAllowed(ErrorContext),
     /// The auth API could not be reached, or kept answering 408, 429 or 5xx, after the retries.
     /// Retry later.
-    #[error("the auth API at {host} is unavailable: {detail}")]
-    AuthUnavailable {
-        /// Host of the auth API.
-        host: ApiHost,
-        /// What happened, e.g. `HTTP 503` or `connection refused`.
-        detail: Box<str>,
-        /// The underlying transport error, if any.
-        #[source]
-        source: Option<Cause>,
-    },
-
+    AuthUnavailable(ErrorContext),
     /// The auth API did not finish answering within `request_timeout`. Retry later.
-    #[error("the auth API at {host} did not answer within {timeout:?}")]
-    AuthTimeout {
-        /// Host of the auth API.
-        host: ApiHost,
-        /// The deadline that passed.
-        timeout: Duration,
-    },
-
+    AuthTimeout(ErrorContext),
     /// The auth API broke the protocol (redirect, unexpected status, malformed or oversized
     /// answer). Retrying will not help; the integrator must fix the API.
-    #[error("the auth API at {host} broke the protocol: {detail}")]
-    AuthBadResponse {
-        /// Host of the auth API.
-        host: ApiHost,
-        /// What was wrong, e.g. `field "id" is a string, expected an integer`.
-        detail: Box<str>,
-    },
-
-    /// The token, its user or its session was revoked (here or on another node) while the
-    /// token was being resolved, and again when the resolution started over. Ask the player to
-    /// log in again. Its code is `token_rejected`.
-    #[error("the token was revoked while the auth API at {host} was being asked; the player must log in again")]
-    TokenRevoked {
-        /// Host of the auth API.
-        host: ApiHost,
-    },
-
+    AuthBadResponse(ErrorContext),
     /// Every upstream slot stayed busy for `queue_timeout`. Retry shortly.
-    #[error("too many auth calls in flight: no slot within {waited:?}")]
-    Overloaded {
-        /// How long the resolution waited for a slot.
-        waited: Duration,
-    },
+    Overloaded(ErrorContext),
 }
 
-/// The message of [`ResolveError::TokenRejected`].
-fn rejected(host: &ApiHost, status: u16) -> String {
-    match status {
-        200 => format!("the token has expired (the auth API at {host} says when); the player must log in again"),
-        status => format!("the auth API at {host} rejected the token (HTTP {status}); the player must log in again"),
+/// What a [`ResolveError`] knows beyond its code: read through the error's own methods
+/// ([`host`](ResolveError::host), [`status`](ResolveError::status), ...). Opaque, so that what
+/// an error carries can grow without breaking a caller; shown, it is the detail of the error's
+/// message.
+#[derive(Clone)]
+pub struct ErrorContext {
+    /// The auth API concerned, for errors that concern one.
+    host: Option<ApiHost>,
+    what: What,
+}
+
+/// The detail of an [`ErrorContext`]. At most two words, so that the error stays five.
+#[derive(Clone)]
+enum What {
+    /// A rule's fixed wording.
+    Reason(&'static str),
+    /// A detail worded at the time.
+    Text(Box<str>),
+    /// The HTTP status the API answered.
+    Status(u16),
+    /// A deadline that passed: `request_timeout`, or the wait for a slot.
+    Deadline(Duration),
+    /// Revoked while the resolution was under way.
+    Revoked,
+    /// No answer at all, with the HTTP client's error under it.
+    Transport(Arc<Transport>),
+}
+
+/// A transport failure: how it is worded, and the HTTP client's error (without its URL).
+struct Transport {
+    detail: &'static str,
+    source: reqwest::Error,
+}
+
+impl ErrorContext {
+    fn new(host: Option<&Arc<Endpoint>>, what: What) -> ErrorContext {
+        ErrorContext {
+            host: host.map(ApiHost::of),
+            what,
+        }
+    }
+
+    /// `host`, or a placeholder for the errors that name none.
+    fn host_or_none(&self) -> &str {
+        self.host.as_ref().map_or("(none)", ApiHost::as_str)
+    }
+}
+
+impl fmt::Display for ErrorContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.what {
+            What::Reason(reason) => f.write_str(reason),
+            What::Text(text) => f.write_str(text),
+            What::Status(status) => write!(f, "HTTP {status}"),
+            What::Deadline(waited) => write!(f, "{waited:?}"),
+            What::Revoked => f.write_str("revoked while the auth API was being asked"),
+            What::Transport(transport) => f.write_str(transport.detail),
+        }
+    }
+}
+
+impl fmt::Debug for ErrorContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut debug = f.debug_struct("ErrorContext");
+        if let Some(host) = &self.host {
+            debug.field("host", host);
+        }
+        match &self.what {
+            What::Transport(transport) => debug
+                .field("detail", &transport.detail)
+                .field("source", &transport.source),
+            _ => debug.field("detail", &format_args!("{self}")),
+        };
+        debug.finish()
+    }
+}
+
+impl fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ResolveError::TokenMissing => {
+                f.write_str("no access token was sent; the client must log in and send one")
+            }
+            ResolveError::TokenMalformed(c) => write!(f, "the access token is malformed: {c}"),
+            ResolveError::TokenRejected(c) => match c.what {
+                What::Revoked => write!(
+                    f,
+                    "the token was revoked while the auth API at {} was being asked; the player must log in again",
+                    c.host_or_none()
+                ),
+                What::Status(200) => write!(
+                    f,
+                    "the token has expired (the auth API at {} says when); the player must log in again",
+                    c.host_or_none()
+                ),
+                _ => write!(
+                    f,
+                    "the auth API at {} rejected the token ({c}); the player must log in again",
+                    c.host_or_none()
+                ),
+            },
+            ResolveError::AuthUrlNotAllowed(c) => write!(f, "authUrl not allowed: {c}"),
+            ResolveError::AuthUnavailable(c) => write!(
+                f,
+                "the auth API at {} is unavailable: {c}",
+                c.host_or_none()
+            ),
+            ResolveError::AuthTimeout(c) => write!(
+                f,
+                "the auth API at {} did not answer within {c}",
+                c.host_or_none()
+            ),
+            ResolveError::AuthBadResponse(c) => write!(
+                f,
+                "the auth API at {} broke the protocol: {c}",
+                c.host_or_none()
+            ),
+            ResolveError::Overloaded(c) => {
+                write!(f, "too many auth calls in flight: no slot within {c}")
+            }
+        }
+    }
+}
+
+impl StdError for ResolveError {
+    /// The HTTP client's error under an `auth_unavailable` that got no answer at all (refused,
+    /// reset, TLS); its own source goes on down the chain, to the I/O error say.
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match &self.context()?.what {
+            What::Transport(transport) => Some(&transport.source),
+            _ => None,
+        }
     }
 }
 
 impl ResolveError {
+    /// `token_malformed`, for a layer that takes tokens from its own input (a header, a
+    /// message) and finds one unusable before asking the resolver. `reason` says which rule
+    /// failed, and must never quote the token.
+    pub fn token_malformed(reason: &'static str) -> ResolveError {
+        ResolveError::TokenMalformed(ErrorContext::new(None, What::Reason(reason)))
+    }
+
+    /// `auth_url_not_allowed`, for a layer that picks the authUrl itself (a sidecar without a
+    /// default, say) and finds none it may use. `reason` must not quote a URL's path or query,
+    /// which a client may choose.
+    pub fn auth_url_not_allowed(reason: impl fmt::Display) -> ResolveError {
+        ResolveError::AuthUrlNotAllowed(ErrorContext::new(
+            None,
+            What::Text(reason.to_string().into()),
+        ))
+    }
+
+    /// The API answered `status` (401 or 403, or 200 with an `exp` that had passed).
+    pub(crate) fn rejected(endpoint: &Arc<Endpoint>, status: u16) -> ResolveError {
+        ResolveError::TokenRejected(ErrorContext::new(Some(endpoint), What::Status(status)))
+    }
+
+    /// Revoked while it was being resolved.
+    pub(crate) fn revoked(endpoint: &Arc<Endpoint>) -> ResolveError {
+        ResolveError::TokenRejected(ErrorContext::new(Some(endpoint), What::Revoked))
+    }
+
+    /// The API kept answering `status` (408, 429, 5xx).
+    pub(crate) fn unavailable_status(endpoint: &Arc<Endpoint>, status: u16) -> ResolveError {
+        ResolveError::AuthUnavailable(ErrorContext::new(Some(endpoint), What::Status(status)))
+    }
+
+    /// Unavailable for a reason worded at the time (an open circuit breaker).
+    pub(crate) fn unavailable(endpoint: &Arc<Endpoint>, detail: String) -> ResolveError {
+        ResolveError::AuthUnavailable(ErrorContext::new(Some(endpoint), What::Text(detail.into())))
+    }
+
+    /// No answer at all: `error` is the HTTP client's, kept (without its URL) as the source.
+    pub(crate) fn transport(
+        endpoint: &Arc<Endpoint>,
+        detail: &'static str,
+        error: reqwest::Error,
+    ) -> ResolveError {
+        let transport = Transport {
+            detail,
+            source: error.without_url(),
+        };
+        ResolveError::AuthUnavailable(ErrorContext::new(
+            Some(endpoint),
+            What::Transport(Arc::new(transport)),
+        ))
+    }
+
+    /// No answer within `timeout`.
+    pub(crate) fn timeout(endpoint: &Arc<Endpoint>, timeout: Duration) -> ResolveError {
+        ResolveError::AuthTimeout(ErrorContext::new(Some(endpoint), What::Deadline(timeout)))
+    }
+
+    /// The API broke the protocol as `detail` says.
+    pub(crate) fn bad_response(endpoint: &Arc<Endpoint>, detail: String) -> ResolveError {
+        ResolveError::AuthBadResponse(ErrorContext::new(Some(endpoint), What::Text(detail.into())))
+    }
+
+    /// No slot within `waited`.
+    pub(crate) fn overloaded(waited: Duration) -> ResolveError {
+        ResolveError::Overloaded(ErrorContext::new(None, What::Deadline(waited)))
+    }
+
     /// The stable code of this error.
     pub fn code(&self) -> ErrorCode {
         match self {
             ResolveError::TokenMissing => ErrorCode::TokenMissing,
-            ResolveError::TokenMalformed { .. } => ErrorCode::TokenMalformed,
-            ResolveError::TokenRejected { .. } | ResolveError::TokenRevoked { .. } => {
-                ErrorCode::TokenRejected
-            }
-            ResolveError::AuthUrlNotAllowed { .. } => ErrorCode::AuthUrlNotAllowed,
-            ResolveError::AuthUnavailable { .. } => ErrorCode::AuthUnavailable,
-            ResolveError::AuthTimeout { .. } => ErrorCode::AuthTimeout,
-            ResolveError::AuthBadResponse { .. } => ErrorCode::AuthBadResponse,
-            ResolveError::Overloaded { .. } => ErrorCode::Overloaded,
+            ResolveError::TokenMalformed(_) => ErrorCode::TokenMalformed,
+            ResolveError::TokenRejected(_) => ErrorCode::TokenRejected,
+            ResolveError::AuthUrlNotAllowed(_) => ErrorCode::AuthUrlNotAllowed,
+            ResolveError::AuthUnavailable(_) => ErrorCode::AuthUnavailable,
+            ResolveError::AuthTimeout(_) => ErrorCode::AuthTimeout,
+            ResolveError::AuthBadResponse(_) => ErrorCode::AuthBadResponse,
+            ResolveError::Overloaded(_) => ErrorCode::Overloaded,
         }
     }
 
@@ -201,105 +349,77 @@ impl ResolveError {
         self.code().is_retryable()
     }
 
-    /// Whether the auth API itself said no to the token (`token_rejected`).
+    /// Whether the token was refused as unknown, expired or revoked (`token_rejected`).
     pub fn is_rejected(&self) -> bool {
         self.code() == ErrorCode::TokenRejected
     }
+
+    /// The host of the auth API this error concerns (`auth.example.com`, never the URL's
+    /// path, which a client's authUrl may choose); `None` for an error that concerns no API
+    /// (no token, a malformed one, a refused authUrl, no slot).
+    pub fn host(&self) -> Option<&str> {
+        self.context()?.host.as_ref().map(ApiHost::as_str)
+    }
+
+    /// The HTTP status the auth API answered: 401 or 403 for a rejection (200 when the answer
+    /// said the token had expired; a rejection served from the negative cache carries the
+    /// status of the answer that was cached), 408, 429 or 5xx for an `auth_unavailable` after
+    /// the retries. `None` where no status came.
+    pub fn status(&self) -> Option<u16> {
+        match self.context()?.what {
+            What::Status(status) => Some(status),
+            _ => None,
+        }
+    }
+
+    /// Whether this `token_rejected` came from a revocation (of the token, its user, its
+    /// session, or everything; here or on another node) that landed while the token was
+    /// being resolved, rather than from the auth API's answer.
+    pub fn was_revoked(&self) -> bool {
+        matches!(
+            self,
+            ResolveError::TokenRejected(ErrorContext {
+                what: What::Revoked,
+                ..
+            })
+        )
+    }
+
+    fn context(&self) -> Option<&ErrorContext> {
+        match self {
+            ResolveError::TokenMissing => None,
+            ResolveError::TokenMalformed(c)
+            | ResolveError::TokenRejected(c)
+            | ResolveError::AuthUrlNotAllowed(c)
+            | ResolveError::AuthUnavailable(c)
+            | ResolveError::AuthTimeout(c)
+            | ResolveError::AuthBadResponse(c)
+            | ResolveError::Overloaded(c) => Some(c),
+        }
+    }
 }
 
-/// The auth API a [`ResolveError`] concerns, shown as its host (`auth.example.com`) and never
-/// its path, which a client's authUrl may choose.
+/// The auth API an error concerns, shown as its host (`auth.example.com`) and never its path,
+/// which a client's authUrl may choose.
 ///
 /// One pointer, shared with the resolver's [`Endpoint`]: an error for a failed call copies no
 /// string, however many waiters it reaches.
 #[derive(Clone)]
-pub struct ApiHost(Arc<Endpoint>);
+struct ApiHost(Arc<Endpoint>);
 
 impl ApiHost {
-    pub(crate) fn of(endpoint: &Arc<Endpoint>) -> ApiHost {
+    fn of(endpoint: &Arc<Endpoint>) -> ApiHost {
         ApiHost(Arc::clone(endpoint))
     }
 
-    /// The host, e.g. `auth.example.com`.
-    pub fn as_str(&self) -> &str {
+    fn as_str(&self) -> &str {
         self.0.host()
-    }
-}
-
-impl From<Arc<Endpoint>> for ApiHost {
-    fn from(endpoint: Arc<Endpoint>) -> Self {
-        ApiHost(endpoint)
-    }
-}
-
-impl From<Endpoint> for ApiHost {
-    fn from(endpoint: Endpoint) -> Self {
-        ApiHost(Arc::new(endpoint))
-    }
-}
-
-/// Equal when the hosts are: what the value shows is all it compares.
-impl PartialEq for ApiHost {
-    fn eq(&self, other: &ApiHost) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Eq for ApiHost {}
-
-impl PartialEq<str> for ApiHost {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl PartialEq<&str> for ApiHost {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
-impl fmt::Display for ApiHost {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Debug for ApiHost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-/// The transport failure under a [`ResolveError::AuthUnavailable`]: the HTTP client's error
-/// (refused, reset, TLS), without its URL. Its [`source`](StdError::source) goes on down the
-/// chain (to the I/O error, say).
-///
-/// One pointer, shared: a failed call's error reaches every coalesced waiter without a copy.
-#[derive(Clone)]
-pub struct Cause(Arc<reqwest::Error>);
-
-impl Cause {
-    pub(crate) fn new(error: reqwest::Error) -> Cause {
-        Cause(Arc::new(error.without_url()))
-    }
-}
-
-impl fmt::Display for Cause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Debug for Cause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl StdError for Cause {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.0.source()
     }
 }
 
@@ -379,25 +499,36 @@ mod tests {
     }
 
     #[test]
-    fn an_api_host_shows_the_host_alone() {
-        let host = ApiHost::from(
+    fn an_error_names_the_apis_host_alone() {
+        let endpoint = Arc::new(
             Endpoint::parse("https://auth.example/game/x", PlainHttp::LoopbackOnly).unwrap(),
         );
-        assert_eq!(host.to_string(), "auth.example");
-        assert_eq!(format!("{host:?}"), "\"auth.example\"");
-        assert_eq!(host, "auth.example");
-        let elsewhere =
-            Endpoint::parse("https://auth.example/other", PlainHttp::LoopbackOnly).unwrap();
-        assert_eq!(host, ApiHost::from(elsewhere), "compared by host alone");
+        let e = ResolveError::rejected(&endpoint, 401);
+        assert_eq!(e.host(), Some("auth.example"));
+        assert_eq!(e.status(), Some(401));
+        assert!(!e.to_string().contains("/game"), "{e}");
+        assert!(format!("{e:?}").contains("\"auth.example\""), "{e:?}");
+        assert!(!format!("{e:?}").contains("/game"), "{e:?}");
+    }
+
+    #[test]
+    fn a_revocation_in_flight_is_a_rejection_that_says_so() {
+        let endpoint =
+            Arc::new(Endpoint::parse("https://auth.example", PlainHttp::LoopbackOnly).unwrap());
+        let e = ResolveError::revoked(&endpoint);
+        assert_eq!(e.code(), ErrorCode::TokenRejected);
+        assert!(e.was_revoked());
+        assert_eq!(e.status(), None);
+        assert!(!ResolveError::rejected(&endpoint, 403).was_revoked());
+        assert!(e.to_string().contains("revoked"), "{e}");
     }
 
     #[test]
     fn error_code_matches_variant() {
-        let e = ResolveError::Overloaded {
-            waited: Duration::from_secs(1),
-        };
+        let e = ResolveError::overloaded(Duration::from_secs(1));
         assert_eq!(e.code(), ErrorCode::Overloaded);
         assert!(e.is_retryable());
+        assert_eq!(e.host(), None);
         assert!(!ResolveError::TokenMissing.is_retryable());
     }
 }

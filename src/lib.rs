@@ -39,8 +39,8 @@
 //! - `answer`: strict parsing of the `/api/user` answer and its `Cache-Control`; reachable (the
 //!   conformance checker and the fuzzers apply exactly these rules) but hidden, no embedder's API.
 //! - `user`: [`User`] and its [`ExtraFields`].
-//! - `error`: [`ResolveError`] (with the [`ApiHost`] and [`Cause`] it carries), [`ErrorCode`],
-//!   [`ConfigError`].
+//! - `error`: [`ResolveError`], one variant per [`ErrorCode`], each with the [`ErrorContext`]
+//!   it is asked about; [`ConfigError`].
 //! - [`telemetry`]: the metric names this crate records.
 //! - [`axum`] (feature `axum`): for an embedder's own HTTP API, the
 //!   [`Authenticated`](axum::Authenticated) and [`AuthIdentity`](axum::AuthIdentity)
@@ -105,12 +105,12 @@ mod user;
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod axum;
 
-pub use auth_url::{AuthUrlError, Endpoint, PlainHttp, MAX_AUTH_URL_BYTES};
+pub use auth_url::{Endpoint, PlainHttp, MAX_AUTH_URL_BYTES};
 pub use cache::{DatedRevocation, Revocation, RevocationFeed, TokenFingerprint};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use cache::{RedisTier, RedisTierError};
-pub use error::{ApiHost, Cause, ConfigError, ErrorCode, ResolveError};
+pub use error::{ConfigError, ErrorCode, ErrorContext, ResolveError};
 pub use resolver::{
     ConnectRequest, Delivery, Identity, JoinRequest, Resolver, ResolverBuilder, Revoke, Stats,
 };

@@ -40,14 +40,14 @@ pub fn check_syntax(token: &str) -> Result<(), ResolveError> {
     let bytes = token.as_bytes();
     let body_len = bytes.iter().take_while(|&&b| is_token_byte(b)).count();
     if body_len == 0 {
-        return Err(ResolveError::TokenMalformed {
-            reason: "does not start with a b64token character (A-Z a-z 0-9 - . _ ~ + /)",
-        });
+        return Err(ResolveError::token_malformed(
+            "does not start with a b64token character (A-Z a-z 0-9 - . _ ~ + /)",
+        ));
     }
     if !bytes[body_len..].iter().all(|&b| b == b'=') {
-        return Err(ResolveError::TokenMalformed {
-            reason: "contains a character outside A-Z a-z 0-9 - . _ ~ + / and trailing =",
-        });
+        return Err(ResolveError::token_malformed(
+            "contains a character outside A-Z a-z 0-9 - . _ ~ + / and trailing =",
+        ));
     }
     Ok(())
 }
@@ -57,9 +57,7 @@ pub fn check_syntax(token: &str) -> Result<(), ResolveError> {
 pub(crate) fn check_size(token: &str) -> Result<(), ResolveError> {
     match token.len() {
         0 => Err(ResolveError::TokenMissing),
-        n if n > MAX_TOKEN_BYTES => Err(ResolveError::TokenMalformed {
-            reason: "longer than 4096 bytes",
-        }),
+        n if n > MAX_TOKEN_BYTES => Err(ResolveError::token_malformed("longer than 4096 bytes")),
         _ => Ok(()),
     }
 }

@@ -58,7 +58,7 @@ pub fn bearer_token(headers: &HeaderMap) -> Result<&str, ResolveError> {
 }
 
 fn malformed(reason: &'static str) -> ResolveError {
-    ResolveError::TokenMalformed { reason }
+    ResolveError::token_malformed(reason)
 }
 
 /// RFC 9110 `tchar`: the characters of an auth scheme's name.

@@ -158,6 +158,7 @@ mod tests {
 
     use super::*;
     use crate::auth_url::Endpoint;
+    use std::sync::Arc;
 
     #[test]
     fn every_code_has_a_status_and_only_401s_have_a_challenge() {
@@ -170,12 +171,11 @@ mod tests {
 
     #[test]
     fn the_message_names_neither_the_host_nor_the_detail() {
-        let error = ResolveError::AuthBadResponse {
-            host: Endpoint::parse("https://auth.internal.example", PlainHttp::LoopbackOnly)
-                .unwrap()
-                .into(),
-            detail: "field \"id\" is a string".into(),
-        };
+        let endpoint = Endpoint::parse("https://auth.internal.example", PlainHttp::LoopbackOnly);
+        let error = ResolveError::bad_response(
+            &Arc::new(endpoint.unwrap()),
+            "field \"id\" is a string".into(),
+        );
         let rejection = AuthRejection::from(error);
         let shown = rejection.to_string();
         assert!(
@@ -183,9 +183,7 @@ mod tests {
             "{shown}"
         );
         assert_eq!(rejection.status(), StatusCode::BAD_GATEWAY);
-        let waited = ResolveError::Overloaded {
-            waited: Duration::from_secs(1),
-        };
+        let waited = ResolveError::overloaded(Duration::from_secs(1));
         assert_eq!(AuthRejection::from(waited).status(), 503);
     }
 }

@@ -376,7 +376,7 @@ impl ResolverBuilder {
     /// The allowlist (the default authUrl and every `allow_auth_url`) and the default endpoint.
     fn allow_list(&self) -> Result<(AllowList, Option<Arc<Endpoint>>), ConfigError> {
         let parse = |setting: &'static str, url: &str| {
-            Endpoint::parse(url, self.plain_http)
+            Endpoint::try_parse(url, self.plain_http)
                 .map(|e| (Box::<str>::from(url), Arc::new(e)))
                 .map_err(|reason| ConfigError::new(setting, format!("{url:?}: {reason}")))
         };

@@ -10,7 +10,7 @@ use super::stats::Counter;
 use super::Resolver;
 use crate::auth_url::Endpoint;
 use crate::cache::{CacheKey, Cached, KeyRef, Lookup, Mark, Verdict};
-use crate::error::{ApiHost, ErrorCode, ResolveError};
+use crate::error::{ErrorCode, ResolveError};
 use crate::telemetry;
 use crate::token;
 use crate::upstream::Reply;
@@ -30,9 +30,7 @@ impl Resolver {
         // A revocation that lands while the call is under way wins: the answer is cached
         // nowhere and handed to no one, and the resolution starts over with a call that began
         // after it. Twice in a row and the token is refused.
-        let mut result = Err(ResolveError::TokenRevoked {
-            host: ApiHost::of(endpoint),
-        });
+        let mut result = Err(ResolveError::revoked(endpoint));
         let mut ran = false;
         // Where the revocations stood when the first call began: a stale answer is checked
         // against it (and the caller's own look-up happened before).
@@ -89,7 +87,7 @@ impl Resolver {
 
     /// The stale answer that may still be served for `key` once the call has failed.
     ///
-    /// `Err` with [`ResolveError::TokenRevoked`] (code `token_rejected`) when something the
+    /// `Err` with [`ResolveError::TokenRejected`] (one that [`was_revoked`](ResolveError::was_revoked)) when something the
     /// answer stands for (its token, its user, its session, or everything) was revoked since
     /// `since`, the mark taken when the call began: a ban that lands during the call refuses
     /// every caller of the flight as the ban says, not as the outage does. Otherwise the answer
@@ -108,14 +106,10 @@ impl Resolver {
             since.is_none_or(|since| cache.revoked_since(since, endpoint, key.token, user))
         };
         if revoked(captured) {
-            return Err(ResolveError::TokenRevoked {
-                host: ApiHost::of(endpoint),
-            });
+            return Err(ResolveError::revoked(endpoint));
         }
         match cache.lookup(key) {
-            Lookup::Stale(user) if revoked(&user) => Err(ResolveError::TokenRevoked {
-                host: ApiHost::of(endpoint),
-            }),
+            Lookup::Stale(user) if revoked(&user) => Err(ResolveError::revoked(endpoint)),
             Lookup::Stale(user) => Ok((!self.has_expired(&user)).then_some(user)),
             // Dropped (by a revocation, or at the end of its window), or replaced by another
             // flight's answer after this one failed: nothing stale to fall back on.

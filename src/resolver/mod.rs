@@ -103,8 +103,9 @@ enum Target<'a> {
     Default,
 }
 
-/// How far a resolution got before the slow path took over: refused by its front half, or
-/// looked up in the cache, or not started (the slow path begins in its span).
+/// How far [`Resolver::hit`] got before the slow path took over: refused by the allowlist or
+/// the size check, or looked up in the cache, or not started (the slow path begins in its
+/// span).
 enum Seen<'a> {
     Nothing,
     Refused(ResolveError),
@@ -240,8 +241,14 @@ impl Resolver {
     }
 
     /// The usual case, answered in plain synchronous code before any future of the slow path
-    /// exists: a fresh cached user, counted. Anything else is `Err` with how far the resolution
-    /// got ([`Seen`]), for [`resolve_slow`](Self::resolve_slow) to go on from.
+    /// exists: a fresh cached user, counted (in [`Stats`] and in the resolutions metric).
+    /// Anything else is `Err` with how far the resolution got ([`Seen`]), for
+    /// [`resolve_slow`](Self::resolve_slow) to go on from instead of asking again.
+    ///
+    /// The checks come in the order a hostile client meets them: the authUrl against the
+    /// allowlist (or the default one), then the token's size. Only the size: every cached token
+    /// passed the full syntax check before it was stored, so a hit needs no scan; a miss scans
+    /// before anything else.
     ///
     /// Only while nothing listens at DEBUG, where the slow path's span would be disabled
     /// anyway: a hit then has nothing to record.
@@ -250,7 +257,21 @@ impl Resolver {
         if tracing::level_enabled!(tracing::Level::DEBUG) {
             return Err(Seen::Nothing);
         }
-        self.try_hit(target, token)
+        let inner = &*self.inner;
+        let endpoint = self.endpoint(target).map_err(Seen::Refused)?;
+        token::check_size(token).map_err(Seen::Refused)?;
+        let key = KeyRef {
+            endpoint: &endpoint,
+            token,
+        };
+        match inner.cache.lookup(&key) {
+            Lookup::Fresh(Verdict::User(user)) => {
+                inner.counters.bump(Counter::Hits);
+                inner.resolutions.count_hit();
+                Ok(user)
+            }
+            lookup => Err(Seen::Looked { endpoint, lookup }),
+        }
     }
 
     /// Everything but a quiet hit, boxed: the slow path's state is far larger than the hit's,
@@ -274,9 +295,6 @@ impl Resolver {
         token: &str,
         seen: Seen<'_>,
     ) -> Result<Arc<User>, ResolveError> {
-        // Quiet: `hit` asked already (if the level changed since, the worst is one look-up
-        // more or the one `resolve_inner` makes).
-        let quiet = !tracing::level_enabled!(tracing::Level::DEBUG);
         let span = tracing::debug_span!(
             "resolve",
             auth_host = Empty,
@@ -288,15 +306,7 @@ impl Resolver {
         // every poll, and skip recording into it (each `record` looks its field up by name,
         // even on a disabled span).
         if span.is_disabled() {
-            // DEBUG is on for other targets only: the same fast answer.
-            let seen = if quiet {
-                seen
-            } else {
-                match self.try_hit(target, token) {
-                    Ok(user) => return Ok(user),
-                    Err(seen) => seen,
-                }
-            };
+            // DEBUG is on for other targets only: `hit` did not look, `resolve_inner` does.
             let result = self.resolve_inner(target, token, &span, seen).await;
             let label = match &result {
                 Ok((_, outcome)) => outcome.as_str(),
@@ -327,60 +337,23 @@ impl Resolver {
         result.map(|(user, _)| user).map_err(|(error, _)| error)
     }
 
-    /// The front half of every resolution, hit or miss, in the order a hostile client meets
-    /// it: the authUrl against the allowlist (or the default one), then the token's size. The
-    /// endpoint to resolve at, borrowed from the configuration when it is one of its own.
-    ///
-    /// Only the size: every cached token passed the full syntax check before it was stored, so
-    /// a hit needs no scan. A miss scans before anything else.
+    /// The endpoint `target` names, once the allowlist has passed it: borrowed from the
+    /// configuration when it is one of its own.
     #[inline(always)]
-    fn front<'a>(
-        &'a self,
-        target: Target<'_>,
-        token: &str,
-    ) -> Result<Cow<'a, Arc<Endpoint>>, ResolveError> {
+    fn endpoint<'a>(&'a self, target: Target<'_>) -> Result<Cow<'a, Arc<Endpoint>>, ResolveError> {
         let inner = &*self.inner;
-        let endpoint = match target {
+        match target {
             Target::Url(url) => {
-                inner
-                    .allow
-                    .check(url)
-                    .map_err(|refused| ResolveError::AuthUrlNotAllowed {
-                        reason: refused.to_string(),
-                    })?
+                (inner.allow.check(url)).map_err(ResolveError::auth_url_not_allowed)
             }
             Target::Default => match &inner.default_endpoint {
-                Some(endpoint) => Cow::Borrowed(endpoint),
-                None => return Err(no_default_auth_url()),
+                Some(endpoint) => Ok(Cow::Borrowed(endpoint)),
+                None => Err(no_default_auth_url()),
             },
-        };
-        token::check_size(token)?;
-        Ok(endpoint)
-    }
-
-    /// A fresh cached user for `target` and `token`, counted as a hit (in [`Stats`] and in the
-    /// resolutions metric); `Err` for anything else with how far it got, so that
-    /// `resolve_inner` goes on from there instead of asking again.
-    #[inline(always)]
-    fn try_hit<'a>(&'a self, target: Target<'_>, token: &str) -> Result<Arc<User>, Seen<'a>> {
-        let inner = &*self.inner;
-        let endpoint = self.front(target, token).map_err(Seen::Refused)?;
-        let key = KeyRef {
-            endpoint: &endpoint,
-            token,
-        };
-        match inner.cache.lookup(&key) {
-            Lookup::Fresh(Verdict::User(user)) => {
-                inner.counters.bump(Counter::Hits);
-                inner.resolutions.count_hit();
-                Ok(user)
-            }
-            lookup => Err(Seen::Looked { endpoint, lookup }),
         }
     }
 
-    /// A resolution from where `seen` says [`try_hit`](Self::try_hit) stopped, or from the
-    /// start.
+    /// A resolution from where `seen` says [`hit`](Self::hit) stopped, or from the start.
     async fn resolve_inner(
         &self,
         target: Target<'_>,
@@ -393,7 +366,8 @@ impl Resolver {
             Seen::Refused(error) => return Err((error, None)),
             Seen::Looked { endpoint, lookup } => (endpoint, lookup),
             Seen::Nothing => {
-                let endpoint = self.front(target, token).map_err(|e| (e, None))?;
+                let endpoint = self.endpoint(target).map_err(|e| (e, None))?;
+                token::check_size(token).map_err(|e| (e, None))?;
                 let lookup = inner.cache.lookup(&KeyRef {
                     endpoint: &endpoint,
                     token,
@@ -477,9 +451,7 @@ impl Resolver {
 
 /// The error for a resolution at the default authUrl when none is configured.
 fn no_default_auth_url() -> ResolveError {
-    ResolveError::AuthUrlNotAllowed {
-        reason: "no authUrl was given and no default_auth_url is configured".to_owned(),
-    }
+    ResolveError::auth_url_not_allowed("no authUrl was given and no default_auth_url is configured")
 }
 
 impl fmt::Debug for Resolver {

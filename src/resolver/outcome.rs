@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::auth_url::Endpoint;
-use crate::error::{ApiHost, ResolveError};
+use crate::error::ResolveError;
 use crate::user::User;
 
 /// How a resolution was answered, for its span and its metric.
@@ -36,8 +36,5 @@ pub(super) type Resolution =
 
 /// The error for a token the API at `endpoint` rejected with `status`.
 pub(super) fn rejected(endpoint: &Arc<Endpoint>, status: u16) -> ResolveError {
-    ResolveError::TokenRejected {
-        host: ApiHost::of(endpoint),
-        status,
-    }
+    ResolveError::rejected(endpoint, status)
 }

@@ -195,9 +195,7 @@ impl Resolver {
                 None => Err(super::no_default_auth_url()),
             };
         }
-        (self.inner.allow.check(auth_url)).map_err(|refused| ResolveError::AuthUrlNotAllowed {
-            reason: refused.to_string(),
-        })
+        (self.inner.allow.check(auth_url)).map_err(ResolveError::auth_url_not_allowed)
     }
 
     /// The name [`Revocation::Token`] gives `access_token` at `auth_url`: keep it beside a

@@ -27,7 +27,7 @@ use self::breaker::{Admission, Breakers, Outcome};
 use crate::answer::{parse_cache_control, parse_user, Freshness};
 use crate::auth_url::Endpoint;
 use crate::clock;
-use crate::error::{ApiHost, Cause, ResolveError};
+use crate::error::ResolveError;
 use crate::telemetry;
 use crate::user::User;
 
@@ -142,7 +142,7 @@ impl Upstream {
                 let result = self.call_admitted(endpoint, token, on_request).await;
                 let connected = !matches!(
                     &result,
-                    Err(ResolveError::AuthUnavailable { .. } | ResolveError::AuthTimeout { .. })
+                    Err(ResolveError::AuthUnavailable(_) | ResolveError::AuthTimeout(_))
                 );
                 first = Some(result);
                 if connected {
@@ -213,10 +213,7 @@ impl Upstream {
             let once = self.once(endpoint, token, on_request);
             let Ok(result) = tokio::time::timeout_at(deadline, once).await else {
                 admission.record(Outcome::Down);
-                return Err(ResolveError::AuthTimeout {
-                    host: ApiHost::of(endpoint),
-                    timeout: self.request_timeout,
-                });
+                return Err(ResolveError::timeout(endpoint, self.request_timeout));
             };
             admission.record(match &result {
                 Ok(_) => Outcome::Up,
@@ -263,9 +260,7 @@ impl Upstream {
         }
         match tokio::time::timeout(self.queue_timeout, self.slots.acquire()).await {
             Ok(Ok(slot)) => Ok(slot),
-            _ => Err(ResolveError::Overloaded {
-                waited: self.queue_timeout,
-            }),
+            _ => Err(ResolveError::overloaded(self.queue_timeout)),
         }
     }
 
@@ -293,7 +288,6 @@ impl Upstream {
         endpoint: &Arc<Endpoint>,
         token: &str,
     ) -> Result<(StatusCode, Result<Reply, TryError>), TryError> {
-        let host = || ApiHost::of(endpoint);
         // Built by hand rather than with `RequestBuilder`: `bearer_auth` formats the value
         // (two allocations) and `header(.., &str)` copies each static value into a new buffer;
         // reqwest then clones the header map twice per request, which costs less the fewer
@@ -318,24 +312,19 @@ impl Upstream {
             }),
             408 | 429 | 500 | 502 | 503 | 504 => Err(TryError::Transient {
                 retry_after: retry_after(response.headers()),
-                error: ResolveError::AuthUnavailable {
-                    host: host(),
-                    detail: format!("HTTP {}", status.as_u16()).into(),
-                    source: None,
-                },
+                error: ResolveError::unavailable_status(endpoint, status.as_u16()),
             }),
-            300..=399 => Err(TryError::Fatal(ResolveError::AuthBadResponse {
-                host: host(),
-                detail: format!(
+            300..=399 => Err(TryError::Fatal(ResolveError::bad_response(
+                endpoint,
+                format!(
                     "HTTP {} redirect; redirects are not followed",
                     status.as_u16()
-                )
-                .into(),
-            })),
-            other => Err(TryError::Fatal(ResolveError::AuthBadResponse {
-                host: host(),
-                detail: format!("unexpected HTTP {other}; expected 200, 401 or 403").into(),
-            })),
+                ),
+            ))),
+            other => Err(TryError::Fatal(ResolveError::bad_response(
+                endpoint,
+                format!("unexpected HTTP {other}; expected 200, 401 or 403"),
+            ))),
         };
         Ok((status, reply))
     }
@@ -346,12 +335,7 @@ impl Upstream {
         endpoint: &Arc<Endpoint>,
         mut response: Response,
     ) -> Result<Reply, TryError> {
-        let bad = |detail: String| {
-            TryError::Fatal(ResolveError::AuthBadResponse {
-                host: ApiHost::of(endpoint),
-                detail: detail.into(),
-            })
-        };
+        let bad = |detail: String| TryError::Fatal(ResolveError::bad_response(endpoint, detail));
         let max = self.max_response_bytes;
         let too_big = || {
             bad(format!(
@@ -387,9 +371,8 @@ fn bearer(token: &str) -> Result<HeaderValue, ResolveError> {
     let mut value = String::with_capacity("Bearer ".len() + token.len());
     value.push_str("Bearer ");
     value.push_str(token);
-    let mut value = HeaderValue::try_from(value).map_err(|_| ResolveError::TokenMalformed {
-        reason: "not usable in an Authorization header",
-    })?;
+    let mut value = HeaderValue::try_from(value)
+        .map_err(|_| ResolveError::token_malformed("not usable in an Authorization header"))?;
     value.set_sensitive(true);
     Ok(value)
 }
@@ -422,15 +405,13 @@ fn count_request(status: Option<StatusCode>) {
 
 /// The error of a call refused by an open circuit breaker.
 fn circuit_open(endpoint: &Arc<Endpoint>, wait: Duration) -> ResolveError {
-    ResolveError::AuthUnavailable {
-        host: ApiHost::of(endpoint),
-        detail: format!(
+    ResolveError::unavailable(
+        endpoint,
+        format!(
             "its circuit breaker is open after repeated failures; the next try is in {} ms",
             wait.as_millis()
-        )
-        .into(),
-        source: None,
-    }
+        ),
+    )
 }
 
 /// A failure to get an answer at all: connect, DNS, TLS, reset, or the body cut short.
@@ -444,11 +425,7 @@ fn transport_error(endpoint: &Arc<Endpoint>, e: reqwest::Error) -> TryError {
     };
     TryError::Transient {
         retry_after: None,
-        error: ResolveError::AuthUnavailable {
-            host: ApiHost::of(endpoint),
-            detail: detail.into(),
-            source: Some(Cause::new(e)),
-        },
+        error: ResolveError::transport(endpoint, detail, e),
     }
 }
 

@@ -94,7 +94,7 @@ async fn a_reset_mid_body_is_unavailable() {
     assert_eq!(server.requests(), 2, "one try and one retry");
     // The HTTP client's error is kept as the source, and the chain goes on down to the reset.
     let cause = error.source().expect("a transport failure has a source");
-    assert!(cause.is::<token_resolver::Cause>(), "{cause:?}");
+    assert!(cause.is::<reqwest::Error>(), "{cause:?}");
     let reset = std::iter::successors(cause.source(), |inner| (*inner).source()).any(|inner| {
         inner
             .downcast_ref::<std::io::Error>()

@@ -33,7 +33,7 @@ use std::time::Duration;
 pub use self::checks::https_check;
 use self::checks::{check_login_flow, check_token_syntax, check_with_token};
 pub use self::report::{CheckId, CheckResult, Report, Verdict};
-use token_resolver::{AuthUrlError, Endpoint, PlainHttp};
+use token_resolver::{Endpoint, PlainHttp, ResolveError};
 
 /// Largest answer body read, as the resolver's default `max_response_bytes`.
 pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -132,7 +132,7 @@ impl fmt::Debug for CheckConfig {
 pub enum CheckError {
     /// The authUrl is not a usable URL (scheme, userinfo, query, fragment).
     #[error("the authUrl is not usable: {0}")]
-    InvalidUrl(#[source] AuthUrlError),
+    InvalidUrl(#[source] ResolveError),
     /// Neither a token nor credentials to obtain one were given.
     #[error("nothing to check with: give an access token, or credentials to log in")]
     NoToken,

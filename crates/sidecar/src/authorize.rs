@@ -51,9 +51,8 @@ pub(crate) async fn authorize(State(node): State<Arc<Node>>, headers: HeaderMap)
         None => "",
         Some(Ok(url)) => url,
         Some(Err(_)) => {
-            let e = ResolveError::AuthUrlNotAllowed {
-                reason: "X-Auth-Url holds bytes outside visible ASCII".to_owned(),
-            };
+            let e =
+                ResolveError::auth_url_not_allowed("X-Auth-Url holds bytes outside visible ASCII");
             return AuthRejection::from(e).into_response();
         }
     };

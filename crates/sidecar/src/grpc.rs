@@ -139,8 +139,10 @@ impl Checker {
     ) -> Result<Arc<token_resolver::User>, ResolveError> {
         let mut headers = HeaderMap::new();
         if let Some(value) = authorization {
-            let value = HeaderValue::from_str(value).map_err(|_| ResolveError::TokenMalformed {
-                reason: "the Authorization header holds bytes outside visible ASCII",
+            let value = HeaderValue::from_str(value).map_err(|_| {
+                ResolveError::token_malformed(
+                    "the Authorization header holds bytes outside visible ASCII",
+                )
             })?;
             headers.insert(axum::http::header::AUTHORIZATION, value);
         }

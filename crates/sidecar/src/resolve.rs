@@ -142,16 +142,14 @@ impl Node {
         if auth_url.is_empty() {
             return (self.resolver.default_endpoint())
                 .map(|endpoint| Cow::Borrowed(endpoint.as_str()))
-                .ok_or_else(|| ResolveError::AuthUrlNotAllowed {
-                    reason: "no auth_url was given and the sidecar has no default (--auth-url)"
-                        .to_owned(),
+                .ok_or_else(|| {
+                    ResolveError::auth_url_not_allowed(
+                        "no auth_url was given and the sidecar has no default (--auth-url)",
+                    )
                 });
         }
         Endpoint::parse(auth_url, PlainHttp::Anywhere)
             .map(|endpoint| Cow::Owned(endpoint.as_str().to_owned()))
-            .map_err(|e| ResolveError::AuthUrlNotAllowed {
-                reason: e.to_string(),
-            })
     }
 
     /// Resolves `token` at `endpoint`, which `auth_url` named: the default one (empty) without
