@@ -136,7 +136,6 @@ impl<'de> Visitor<'de> for UserVisitor<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<User, A::Error> {
         let mut id = None;
         let mut name = None;
-        let mut expires_at = None;
         let mut extra = Map::new();
         while let Some(key) = map.next_key::<FieldName>()? {
             let value: Value = map.next_value()?;
@@ -159,9 +158,6 @@ impl<'de> Visitor<'de> for UserVisitor<'_> {
                     }
                 },
                 FieldName::Other(key) => {
-                    if key == "exp" {
-                        expires_at = expiry(&value);
-                    }
                     if extra.insert(key, value).is_some() {
                         return Err(self.refuse(AnswerError::DuplicateKey(None)));
                     }
@@ -174,8 +170,6 @@ impl<'de> Visitor<'de> for UserVisitor<'_> {
             id,
             name,
             extra: extra.into(),
-            stale: false,
-            expires_at,
         })
     }
 
@@ -249,8 +243,22 @@ impl<'de> serde::Deserialize<'de> for FieldName {
     }
 }
 
-/// An integer `exp` (Unix seconds, RFC 7662) as an [`Expiry`]; one at or before the epoch is
-/// the epoch (long passed). Any other `exp` says nothing about expiry and stays an extra field.
+/// When the answer `user` came from says its token stops being valid: its integer `exp`
+/// (Unix seconds, RFC 7662), kept among the extra fields as it came; one at or before the epoch
+/// is the epoch (long passed). Any other `exp` says nothing about expiry.
+///
+/// ```
+/// use token_resolver::answer::{answer_expiry, parse_user};
+///
+/// let user = parse_user(br#"{"id": 1, "name": "a", "exp": 1900000000}"#).unwrap();
+/// assert_eq!(answer_expiry(&user).map(|e| e.unix_seconds()), Some(1_900_000_000));
+/// let user = parse_user(br#"{"id": 1, "name": "a", "exp": "soon"}"#).unwrap();
+/// assert_eq!(answer_expiry(&user), None);
+/// ```
+pub fn answer_expiry(user: &User) -> Option<Expiry> {
+    user.extra.get("exp").and_then(expiry)
+}
+
 fn expiry(value: &Value) -> Option<Expiry> {
     let Value::Number(n) = value else { return None };
     match (n.as_i64(), n.as_u64()) {

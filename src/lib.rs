@@ -38,7 +38,8 @@
 //! - `token`: the token rule ([`check_syntax`]) and [`AccessToken`], which never prints itself.
 //! - `answer`: strict parsing of the `/api/user` answer and its `Cache-Control`; reachable (the
 //!   conformance checker and the fuzzers apply exactly these rules) but hidden, no embedder's API.
-//! - `user`: [`User`] and its [`ExtraFields`].
+//! - `user`: [`User`] and its [`ExtraFields`]; [`Resolution`], a user with what one answer
+//!   says of itself (its [`Expiry`], whether it was served stale).
 //! - `error`: [`ResolveError`], one variant per [`ErrorCode`], each with the [`ErrorContext`]
 //!   it is asked about; [`ConfigError`].
 //! - [`telemetry`]: the metric names this crate records.
@@ -115,7 +116,7 @@ pub use resolver::{
     ConnectRequest, Delivery, Identity, JoinRequest, Resolver, ResolverBuilder, Revoke, Stats,
 };
 pub use token::{check_syntax, AccessToken, MAX_TOKEN_BYTES};
-pub use user::{Expiry, ExtraFields, User};
+pub use user::{Expiry, ExtraFields, Resolution, User};
 
 /// The README's Rust examples compile as doctests (they use the products of the workspace, the
 /// shared tier and the axum integration).

@@ -1,9 +1,11 @@
 //! What a resolution yields: the [`User`] the auth API vouched for, with the [`ExtraFields`]
-//! of its answer. Parsing an answer into one is `answer`'s business.
+//! of its answer, and the [`Resolution`] that says what one answer knows of itself (its
+//! [`Expiry`], whether it was served stale). Parsing an answer into one is `answer`'s business.
 
 use std::fmt;
 use std::num::NonZeroU32;
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,15 +24,6 @@ pub struct User {
     /// read it as a [`serde_json::Map`]: `user.extra["level"]`, `user.extra.get("roles")`.
     #[serde(flatten)]
     pub extra: ExtraFields,
-    /// `true` when this answer expired and was served only because the auth API was
-    /// unavailable (see `ResolverBuilder::serve_stale_for`). Never set otherwise.
-    #[serde(skip_serializing_if = "is_false")]
-    pub stale: bool,
-    /// When the token stops being valid, when it says: the earlier of the answer's integer
-    /// `exp` (RFC 7662) and, for a JWT, its payload's `exp`. The answer's `exp` also stays in
-    /// [`extra`](Self::extra) as it came.
-    #[serde(skip)]
-    pub expires_at: Option<Expiry>,
 }
 
 impl User {
@@ -93,8 +86,77 @@ impl Expiry {
     }
 }
 
-fn is_false(b: &bool) -> bool {
-    !b
+/// One resolution of a token: the [`User`] it stands for, and what this answer says of
+/// itself, which is the token's and not the user's: when the token stops being valid, and
+/// whether the answer was served stale. What
+/// [`Resolver::resolve_in_full`](crate::Resolver::resolve_in_full) and the other `_in_full`
+/// methods return; it reads as the user it holds (`resolution.id`, `resolution.name`).
+///
+/// ```
+/// use std::sync::Arc;
+/// use token_resolver::{Expiry, Resolution, User};
+///
+/// let user = Arc::new(User { id: 7, name: "ann".into(), extra: Default::default() });
+/// let resolution = Resolution::new(user, Some(Expiry::from_unix_seconds(1_900_000_000)));
+/// assert_eq!(resolution.id, 7);
+/// assert!(!resolution.is_stale());
+/// assert_eq!(resolution.expires_at().map(|e| e.unix_seconds()), Some(1_900_000_000));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolution {
+    user: Arc<User>,
+    expires_at: Option<Expiry>,
+    stale: bool,
+}
+
+impl Resolution {
+    /// A fresh answer for `user`, whose token stops being valid at `expires_at` when it says.
+    pub fn new(user: Arc<User>, expires_at: Option<Expiry>) -> Resolution {
+        Resolution {
+            user,
+            expires_at,
+            stale: false,
+        }
+    }
+
+    /// This answer, marked as served past its freshness because the auth API was unavailable.
+    pub fn into_stale(self) -> Resolution {
+        Resolution {
+            stale: true,
+            ..self
+        }
+    }
+
+    /// The user.
+    pub fn user(&self) -> &Arc<User> {
+        &self.user
+    }
+
+    /// The user, without the rest.
+    pub fn into_user(self) -> Arc<User> {
+        self.user
+    }
+
+    /// When the token stops being valid, when it says: the earlier of the answer's integer
+    /// `exp` (RFC 7662) and, for a JWT, its payload's `exp`; the clock skew is not added. The
+    /// answer's `exp` also stays in the user's [`extra`](User::extra) as it came.
+    pub fn expires_at(&self) -> Option<Expiry> {
+        self.expires_at
+    }
+
+    /// Whether this answer expired and was served only because the auth API was unavailable
+    /// (see `ResolverBuilder::serve_stale_for`): the API did not confirm it just now.
+    pub fn is_stale(&self) -> bool {
+        self.stale
+    }
+}
+
+impl Deref for Resolution {
+    type Target = User;
+
+    fn deref(&self) -> &User {
+        &self.user
+    }
 }
 
 /// The fields of an answer beyond `id` and `name`: a JSON object that is read and written
@@ -173,9 +235,10 @@ mod tests {
 
     #[test]
     fn a_user_without_extra_fields_holds_no_map() {
-        // Every cached user pays this: 48 bytes (64 with the map inline), so its `Arc`
-        // allocation is 64 bytes instead of 80; the expiry fits in the padding.
-        assert_eq!(std::mem::size_of::<User>(), 48);
+        // Every cached user pays this: 40 bytes (56 with the map inline), so its `Arc`
+        // allocation is 56 bytes instead of 72. What one answer says of itself (its expiry,
+        // staleness) is the `Resolution`'s, kept by the cache entry that needs it.
+        assert_eq!(std::mem::size_of::<User>(), 40);
         assert!(ExtraFields::from(Map::new()).0.is_none());
     }
 
@@ -198,8 +261,6 @@ mod tests {
             id: 7,
             name: "ann".to_owned(),
             extra: Map::from_iter([("level".to_owned(), json!(3))]).into(),
-            stale: false,
-            expires_at: None,
         };
         assert_eq!(
             serde_json::to_value(&user).unwrap(),

@@ -1,18 +1,18 @@
 //! What an entry is, whichever tier holds it: an answer ([`Verdict`]) with its deadline
 //! ([`Cached`], [`Deadline`]), and what a look-up finds ([`Lookup`]).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::clock::{self, Instant};
-use crate::user::User;
+use crate::user::Resolution;
 
 /// What the local tier holds for a key.
 pub(crate) enum Lookup {
     /// An answer to use as it is.
     Fresh(Verdict),
     /// A user past its freshness, kept to serve if the API turns out to be unavailable.
-    Stale(Arc<User>),
+    Stale(Resolution),
     /// Nothing.
     Absent,
 }
@@ -22,7 +22,7 @@ pub(crate) enum Lookup {
 #[derive(Clone, Debug)]
 pub(crate) enum Verdict {
     /// The API vouched for this user.
-    User(Arc<User>),
+    User(Resolution),
     /// The API answered 401 or 403.
     Rejected(u16),
 }
@@ -32,8 +32,8 @@ pub(crate) enum Verdict {
 pub(crate) enum Cached {
     /// The API vouched for this user.
     User {
-        /// The user, shared with every caller that gets it.
-        user: Arc<User>,
+        /// The user (shared with every caller that gets it) and its token's expiry.
+        user: Resolution,
         /// Until when it is fresh: `min(cache_ttl, max-age)` after the answer. With stale
         /// serving on, the entry is kept `serve_stale_for` longer, used only when the API is
         /// unavailable; otherwise it dies here.
@@ -50,7 +50,7 @@ pub(crate) enum Cached {
 
 impl Cached {
     /// `user`, fresh for `fresh` from now.
-    pub(crate) fn user(user: Arc<User>, fresh: Duration) -> Cached {
+    pub(crate) fn user(user: Resolution, fresh: Duration) -> Cached {
         Cached::User {
             user,
             fresh_until: Deadline::after(fresh),

@@ -203,7 +203,7 @@ mod tests {
     use crate::cache::entry::Cached;
     use crate::cache::store::Store as Cache;
     use crate::cache::{Lookup, Verdict};
-    use crate::user::User;
+    use crate::user::{Resolution, User};
     use crate::PlainHttp;
     use std::time::Duration;
 
@@ -219,10 +219,8 @@ mod tests {
             id,
             name: format!("u{id}"),
             extra: Default::default(),
-            stale: false,
-            expires_at: None,
         });
-        Cached::user(user, Duration::from_secs(60))
+        Cached::user(Resolution::new(user, None), Duration::from_secs(60))
     }
 
     /// The fresh user's id for `token` at `https://a.example`, looked up by a borrowed key.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::entry::{Cached, Deadline, Lookup, Verdict};
 use super::key::{CacheKey, KeyHasher, KeyRef, KeyView};
-use crate::user::User;
+use crate::user::{Resolution, User};
 
 /// How far past its deadline moka's time to live may keep an entry that is not checked on
 /// reading: the time between an answer and its insertion, not a policy.
@@ -17,13 +17,14 @@ const UNCHECKED_SLACK: Duration = Duration::from_millis(10);
 /// The local tier's storage: three moka caches, each with one time to live for all its
 /// entries, which moka checks on every read at no extra cost.
 ///
-/// - `lasting`: users fresh for the whole `cache_ttl`, with stale serving off, the usual
-///   case. moka's time to live is their deadline, so the value is the `Arc<User>` alone and a
-///   hit reads nothing else: moka hands a value back through the stack, so a hit pays for every
-///   word of it.
+/// - `lasting`: users fresh for the whole `cache_ttl` whose answer and token say no expiry,
+///   with stale serving off, the usual case. moka's time to live is their deadline, so the
+///   value is the `Arc<User>` alone and a hit reads nothing else: moka hands a value back
+///   through the stack, so a hit pays for every word of it.
 /// - `timed`: users with a deadline of their own, read on every hit: fresh for less than
-///   `cache_ttl` (a shorter `max-age`, a token's `exp`, a read-through from the shared tier), or
-///   any user while stale serving is on (kept `serve_stale_for` past its freshness).
+///   `cache_ttl` (a shorter `max-age`, a read-through from the shared tier), any user whose
+///   token has an expiry (which the entry keeps), or any user while stale serving is on (kept
+///   `serve_stale_for` past its freshness).
 /// - `rejections`: 401 and 403 answers, for `negative_cache_ttl`; apart, so that a flood of bad
 ///   tokens cannot evict the players' entries.
 ///
@@ -63,10 +64,10 @@ where
         .build_with_hasher(KeyHasher::default())
 }
 
-/// A user with its deadline, in `timed`.
+/// A user with its token's expiry and its deadline, in `timed`.
 #[derive(Clone)]
 struct TimedUser {
-    user: Arc<User>,
+    user: Resolution,
     fresh_until: Deadline,
 }
 
@@ -101,7 +102,7 @@ impl Store {
     #[inline(always)]
     pub(crate) fn get(&self, key: &KeyRef<'_>) -> Lookup {
         match self.lasting.get(key) {
-            Some(user) => Lookup::Fresh(Verdict::User(user)),
+            Some(user) => Lookup::Fresh(Verdict::User(Resolution::new(user, None))),
             None => self.get_timed(key),
         }
     }
@@ -132,7 +133,7 @@ impl Store {
         let key = key as &dyn KeyView;
         self.lasting
             .get(key)
-            .or_else(|| self.timed.get(key).map(|entry| entry.user))
+            .or_else(|| self.timed.get(key).map(|entry| entry.user.into_user()))
     }
 
     /// Whether `key` is held as a user, fresh or not; records no read.
@@ -154,10 +155,11 @@ impl Store {
             Cached::User { user, fresh_until } => {
                 self.rejections.invalidate(view);
                 let lasts = self.stale_for.is_zero()
+                    && user.expires_at().is_none()
                     && fresh_until.left() + UNCHECKED_SLACK >= self.lasting_ttl;
                 if lasts {
                     self.timed.invalidate(view);
-                    self.lasting.insert(key, user.clone());
+                    self.lasting.insert(key, user.user().clone());
                 } else {
                     self.lasting.invalidate(view);
                     let entry = TimedUser {
@@ -253,10 +255,8 @@ mod tests {
             id,
             name: format!("u{id}"),
             extra: Default::default(),
-            stale: false,
-            expires_at: None,
         });
-        Cached::user(user, fresh)
+        Cached::user(Resolution::new(user, None), fresh)
     }
 
     fn endpoint(url: &str) -> Endpoint {

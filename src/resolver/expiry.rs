@@ -6,15 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Inner, Resolver};
+use crate::answer::answer_expiry;
 use crate::cache::Cached;
 use crate::token;
-use crate::user::{Expiry, User};
+use crate::user::{Expiry, Resolution, User};
 
 impl Resolver {
     /// Whether `user`'s expiry (its answer's `exp` or its token's) has passed, beyond the
     /// clock skew: such an answer is never served again, stale or not.
-    pub(super) fn has_expired(&self, user: &User) -> bool {
-        user.expires_at
+    pub(super) fn has_expired(&self, user: &Resolution) -> bool {
+        user.expires_at()
             .is_some_and(|exp| exp.has_passed(self.inner.clock_skew))
     }
 }
@@ -23,14 +24,15 @@ impl Inner {
     /// The entry for an answer: `user`, fresh for `fresh` but no longer than its expiry (the
     /// answer's `exp` or the token's own, whichever is earlier) plus the clock skew; a
     /// rejection when that has passed already.
-    pub(super) fn until_expiry(&self, mut user: User, token: &str, fresh: Duration) -> Cached {
-        user.expires_at = earliest(user.expires_at, token::jwt_expiry(token));
-        match user.expires_at {
+    pub(super) fn until_expiry(&self, user: User, token: &str, fresh: Duration) -> Cached {
+        let expires_at = earliest(answer_expiry(&user), token::jwt_expiry(token));
+        let user = Resolution::new(Arc::new(user), expires_at);
+        match expires_at {
             Some(exp) if exp.has_passed(self.clock_skew) => {
                 Cached::rejected(EXPIRED, self.negative_cache_ttl)
             }
-            Some(exp) => Cached::user(Arc::new(user), fresh.min(exp.remaining(self.clock_skew))),
-            None => Cached::user(Arc::new(user), fresh),
+            Some(exp) => Cached::user(user, fresh.min(exp.remaining(self.clock_skew))),
+            None => Cached::user(user, fresh),
         }
     }
 
@@ -39,10 +41,9 @@ impl Inner {
     pub(super) fn with_token_expiry(&self, cached: Cached, token: &str) -> Cached {
         match (cached, token::jwt_expiry(token)) {
             (Cached::User { user, fresh_until }, Some(jwt)) => {
-                let mut user = User::clone(&user);
-                user.expires_at = earliest(user.expires_at, Some(jwt));
+                let expires_at = earliest(user.expires_at(), Some(jwt));
                 Cached::User {
-                    user: Arc::new(user),
+                    user: Resolution::new(user.into_user(), expires_at),
                     fresh_until,
                 }
             }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::outcome::{rejected, CacheOutcome, Resolution};
+use super::outcome::{CacheOutcome, Ended};
 use super::stats::Counter;
 use super::Resolver;
 use crate::auth_url::Endpoint;
@@ -14,7 +14,7 @@ use crate::error::{ErrorCode, ResolveError};
 use crate::telemetry;
 use crate::token;
 use crate::upstream::Reply;
-use crate::user::User;
+use crate::user::Resolution;
 
 impl Resolver {
     /// A resolution the cache could not answer: the syntax check, then the coalesced call,
@@ -23,8 +23,8 @@ impl Resolver {
         &self,
         endpoint: &Arc<Endpoint>,
         key: &KeyRef<'_>,
-        stale: Option<Arc<User>>,
-    ) -> Resolution {
+        stale: Option<Resolution>,
+    ) -> Ended {
         let inner = &*self.inner;
         token::check_syntax(key.token).map_err(|e| (e, None))?;
         // A revocation that lands while the call is under way wins: the answer is cached
@@ -67,15 +67,15 @@ impl Resolver {
         };
         match result {
             Ok(Verdict::User(user)) => Ok((user, outcome)),
-            Ok(Verdict::Rejected(status)) => Err((rejected(endpoint, status), Some(outcome))),
+            Ok(Verdict::Rejected(status)) => {
+                Err((ResolveError::rejected(endpoint, status), Some(outcome)))
+            }
             // Only an unreachable API falls back; a rejection or a broken answer never does,
             // nor does an answer whose token has expired since, nor one revoked meanwhile.
             Err(error) => match stale {
                 Some(captured) if is_outage(&error) => {
                     match self.still_stale(endpoint, key, &captured, first) {
-                        Ok(Some(user)) => {
-                            Ok((self.serve_stale(&user, &error), CacheOutcome::Stale))
-                        }
+                        Ok(Some(user)) => Ok((self.serve_stale(user, &error), CacheOutcome::Stale)),
                         Ok(None) => Err((error, Some(outcome))),
                         Err(revoked) => Err((revoked, Some(outcome))),
                     }
@@ -87,8 +87,8 @@ impl Resolver {
 
     /// The stale answer that may still be served for `key` once the call has failed.
     ///
-    /// `Err` with [`ResolveError::TokenRejected`] (one that [`was_revoked`](ResolveError::was_revoked)) when something the
-    /// answer stands for (its token, its user, its session, or everything) was revoked since
+    /// `Err` with a [`ResolveError::TokenRejected`] that
+    /// [`was_revoked`](ResolveError::was_revoked) when something the answer stands for (its token, its user, its session, or everything) was revoked since
     /// `since`, the mark taken when the call began: a ban that lands during the call refuses
     /// every caller of the flight as the ban says, not as the outage does. Otherwise the answer
     /// the cache holds now, not the one `captured` before the call (a revocation that landed
@@ -98,11 +98,11 @@ impl Resolver {
         &self,
         endpoint: &Arc<Endpoint>,
         key: &KeyRef<'_>,
-        captured: &User,
+        captured: &Resolution,
         since: Option<Mark>,
-    ) -> Result<Option<Arc<User>>, ResolveError> {
+    ) -> Result<Option<Resolution>, ResolveError> {
         let cache = &self.inner.cache;
-        let revoked = |user: &User| {
+        let revoked = |user: &Resolution| {
             since.is_none_or(|since| cache.revoked_since(since, endpoint, key.token, user))
         };
         if revoked(captured) {
@@ -118,7 +118,7 @@ impl Resolver {
     }
 
     /// `user`, flagged stale, counted and logged: the answer while the API is unreachable.
-    fn serve_stale(&self, user: &User, error: &ResolveError) -> Arc<User> {
+    fn serve_stale(&self, user: Resolution, error: &ResolveError) -> Resolution {
         self.inner.counters.bump(Counter::StaleServed);
         metrics::counter!(telemetry::STALE_SERVED_TOTAL).increment(1);
         tracing::warn!(
@@ -126,10 +126,7 @@ impl Resolver {
             error = error.code().as_str(),
             "serving a stale answer"
         );
-        Arc::new(User {
-            stale: true,
-            ..user.clone()
-        })
+        user.into_stale()
     }
 
     /// The upstream call for one key, run once per flight, and where the revocations stood

@@ -37,7 +37,7 @@ use tracing::{Instrument, Span};
 pub use self::builder::ResolverBuilder;
 use self::flight::Flights;
 use self::miss::Fetched;
-use self::outcome::{rejected, CacheOutcome, Resolution};
+use self::outcome::{CacheOutcome, Ended};
 pub use self::request::{ConnectRequest, Identity, JoinRequest};
 pub use self::revoke::{Delivery, Revoke};
 pub use self::stats::Stats;
@@ -48,7 +48,7 @@ use crate::error::ResolveError;
 use crate::telemetry;
 use crate::token;
 use crate::upstream::Upstream;
-use crate::user::User;
+use crate::user::{Resolution, User};
 
 /// Resolves access tokens to users by asking the integrator's `/api/user`, with a cache.
 ///
@@ -160,7 +160,28 @@ impl Resolver {
         // The hit's result is taken apart before the await, so that the future this returns
         // does not keep room for it.
         let seen = match self.hit(target, access_token) {
-            Ok(user) => return Ok(user),
+            Ok(user) => return Ok(user.into_user()),
+            Err(seen) => seen,
+        };
+        let resolution = self.resolve_slow(target, access_token, seen).await;
+        resolution.map(Resolution::into_user)
+    }
+
+    /// [`resolve`](Self::resolve), with what the answer says of itself: when the token stops
+    /// being valid, and whether it was served stale. For a game server that keeps a session
+    /// open for as long as its token is valid.
+    ///
+    /// # Errors
+    ///
+    /// As [`resolve`](Self::resolve).
+    pub async fn resolve_in_full(
+        &self,
+        auth_url: &str,
+        access_token: &str,
+    ) -> Result<Resolution, ResolveError> {
+        let target = Target::Url(auth_url);
+        let seen = match self.hit(target, access_token) {
+            Ok(resolution) => return Ok(resolution),
             Err(seen) => seen,
         };
         self.resolve_slow(target, access_token, seen).await
@@ -175,6 +196,20 @@ impl Resolver {
     /// [`ResolveError::TokenMissing`] when the request has no token or an empty one; otherwise
     /// as [`resolve`](Self::resolve).
     pub async fn resolve_connect(&self, req: &ConnectRequest) -> Result<Identity, ResolveError> {
+        let identity = self.resolve_connect_in_full(req).await?;
+        Ok(identity.map(Resolution::into_user))
+    }
+
+    /// [`resolve_connect`](Self::resolve_connect), with what the answer says of itself (see
+    /// [`resolve_in_full`](Self::resolve_in_full)).
+    ///
+    /// # Errors
+    ///
+    /// As [`resolve_connect`](Self::resolve_connect).
+    pub async fn resolve_connect_in_full(
+        &self,
+        req: &ConnectRequest,
+    ) -> Result<Identity<Resolution>, ResolveError> {
         self.resolve_identity(Target::Default, req.access_token.as_deref())
             .await
     }
@@ -190,6 +225,20 @@ impl Resolver {
     /// [`ResolveError::TokenMissing`] when the request has no token or an empty one; otherwise
     /// as [`resolve`](Self::resolve).
     pub async fn resolve_join(&self, req: &JoinRequest) -> Result<Identity, ResolveError> {
+        let identity = self.resolve_join_in_full(req).await?;
+        Ok(identity.map(Resolution::into_user))
+    }
+
+    /// [`resolve_join`](Self::resolve_join), with what the answer says of itself (see
+    /// [`resolve_in_full`](Self::resolve_in_full)).
+    ///
+    /// # Errors
+    ///
+    /// As [`resolve_join`](Self::resolve_join).
+    pub async fn resolve_join_in_full(
+        &self,
+        req: &JoinRequest,
+    ) -> Result<Identity<Resolution>, ResolveError> {
         let target = match req.auth_url.as_str() {
             "" => Target::Default,
             url => Target::Url(url),
@@ -202,7 +251,7 @@ impl Resolver {
         &self,
         target: Target<'_>,
         token: Option<&str>,
-    ) -> Result<Identity, ResolveError> {
+    ) -> Result<Identity<Resolution>, ResolveError> {
         if !self.inner.auth_required {
             return Ok(Identity::Anonymous);
         }
@@ -232,7 +281,10 @@ impl Resolver {
         }
         let target = auth_url.map_or(Target::Default, Target::Url);
         match token {
-            Ok(token) => self.resolve_identity(target, Some(token)).await,
+            Ok(token) => {
+                let identity = self.resolve_identity(target, Some(token)).await?;
+                Ok(identity.map(Resolution::into_user))
+            }
             Err(error) => {
                 self.inner.resolutions.count(error.code().as_str());
                 Err(error)
@@ -253,7 +305,7 @@ impl Resolver {
     /// Only while nothing listens at DEBUG, where the slow path's span would be disabled
     /// anyway: a hit then has nothing to record.
     #[inline(always)]
-    fn hit<'a>(&'a self, target: Target<'_>, token: &str) -> Result<Arc<User>, Seen<'a>> {
+    fn hit<'a>(&'a self, target: Target<'_>, token: &str) -> Result<Resolution, Seen<'a>> {
         if tracing::level_enabled!(tracing::Level::DEBUG) {
             return Err(Seen::Nothing);
         }
@@ -283,7 +335,7 @@ impl Resolver {
         target: Target<'a>,
         token: &'a str,
         seen: Seen<'a>,
-    ) -> Pin<Box<impl Future<Output = Result<Arc<User>, ResolveError>> + Send + 'a>> {
+    ) -> Pin<Box<impl Future<Output = Result<Resolution, ResolveError>> + Send + 'a>> {
         Box::pin(self.resolve_traced(target, token, seen))
     }
 
@@ -294,7 +346,7 @@ impl Resolver {
         target: Target<'_>,
         token: &str,
         seen: Seen<'_>,
-    ) -> Result<Arc<User>, ResolveError> {
+    ) -> Result<Resolution, ResolveError> {
         let span = tracing::debug_span!(
             "resolve",
             auth_host = Empty,
@@ -360,7 +412,7 @@ impl Resolver {
         token: &str,
         span: &Span,
         seen: Seen<'_>,
-    ) -> Resolution {
+    ) -> Ended {
         let inner = &*self.inner;
         let (endpoint, lookup) = match seen {
             Seen::Refused(error) => return Err((error, None)),
@@ -389,7 +441,8 @@ impl Resolver {
             }
             Lookup::Fresh(Verdict::Rejected(status)) => {
                 inner.counters.bump(Counter::NegativeHits);
-                return Err((rejected(&endpoint, status), Some(CacheOutcome::NegativeHit)));
+                let error = ResolveError::rejected(&endpoint, status);
+                return Err((error, Some(CacheOutcome::NegativeHit)));
             }
             Lookup::Stale(user) => Some(user),
             Lookup::Absent => None,

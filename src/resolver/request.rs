@@ -7,7 +7,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::user::User;
+use crate::user::{Resolution, User};
 
 /// What a client sends on connect.
 ///
@@ -55,13 +55,26 @@ impl fmt::Debug for JoinRequest {
     }
 }
 
-/// Who is behind a connect or a join.
+/// Who is behind a connect or a join: the user (`Identity`, as
+/// [`resolve_join`](crate::Resolver::resolve_join) answers), or the user with what its answer
+/// says of itself (`Identity<Resolution>`, as
+/// [`resolve_join_in_full`](crate::Resolver::resolve_join_in_full) answers).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Identity {
+pub enum Identity<U = Arc<User>> {
     /// The auth API vouched for this user.
-    Authenticated(Arc<User>),
+    Authenticated(U),
     /// Auth is switched off (`auth_required(false)`): no token was checked.
     Anonymous,
+}
+
+impl<U> Identity<U> {
+    /// `f` applied to what an authenticated identity holds; anonymous stays anonymous.
+    pub fn map<V>(self, f: impl FnOnce(U) -> V) -> Identity<V> {
+        match self {
+            Identity::Authenticated(held) => Identity::Authenticated(f(held)),
+            Identity::Anonymous => Identity::Anonymous,
+        }
+    }
 }
 
 impl Identity {
@@ -71,6 +84,21 @@ impl Identity {
             Identity::Authenticated(user) => Some(user),
             Identity::Anonymous => None,
         }
+    }
+}
+
+impl Identity<Resolution> {
+    /// The resolution, when authenticated.
+    pub fn resolution(&self) -> Option<&Resolution> {
+        match self {
+            Identity::Authenticated(resolution) => Some(resolution),
+            Identity::Anonymous => None,
+        }
+    }
+
+    /// The user, when authenticated.
+    pub fn user(&self) -> Option<&Arc<User>> {
+        self.resolution().map(Resolution::user)
     }
 }
 

@@ -74,8 +74,11 @@ async fn an_answers_exp_caps_how_long_it_is_cached() {
         .clock_skew(Duration::ZERO)
         .build()
         .unwrap();
-    let user = resolver.resolve(&api.url(), "tok").await.unwrap();
-    assert_eq!(user.expires_at.map(|e| e.unix_seconds()), Some(exp as u64));
+    let user = resolver.resolve_in_full(&api.url(), "tok").await.unwrap();
+    assert_eq!(
+        user.expires_at().map(|e| e.unix_seconds()),
+        Some(exp as u64)
+    );
     resolver.resolve(&api.url(), "tok").await.unwrap();
     assert_eq!(api.requests(), 1, "cached while valid");
     sleep_past(exp).await;
@@ -115,8 +118,8 @@ async fn a_jwts_exp_caps_caching_and_a_passed_one_is_rejected_never_cached_as_a_
         .unwrap();
     let exp = exp_soon();
     let soon = jwt(exp);
-    let user = resolver.resolve(&api.url(), &soon).await.unwrap();
-    assert!(user.expires_at.is_some(), "the JWT's exp is the user's");
+    let user = resolver.resolve_in_full(&api.url(), &soon).await.unwrap();
+    assert!(user.expires_at().is_some(), "the JWT's exp is the user's");
     sleep_past(exp).await;
     assert_eq!(
         resolver
@@ -207,9 +210,9 @@ async fn an_expired_token_is_never_served_stale_through_an_outage() {
     let error = resolver.resolve(&api.url(), &token).await.unwrap_err();
     assert_eq!(error.code(), ErrorCode::AuthUnavailable);
     assert_eq!(resolver.stats().stale_served, 0);
-    let still_valid = resolver.resolve(&api.url(), &other).await.unwrap();
+    let still_valid = resolver.resolve_in_full(&api.url(), &other).await.unwrap();
     assert!(
-        still_valid.stale,
+        still_valid.is_stale(),
         "a token still valid is served stale as before"
     );
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::time::{advance, Instant};
 
 use support::{resolver_for, respond, user_answer, Scripted};
-use token_resolver::{ErrorCode, ResolveError, Resolver, ResolverBuilder, User};
+use token_resolver::{ErrorCode, Resolution, ResolveError, Resolver, ResolverBuilder};
 
 /// How the test's upstream answers now.
 #[derive(Clone, Copy)]
@@ -77,8 +77,10 @@ impl Outage {
         self.mode.store(mode as u8, Ordering::SeqCst);
     }
 
-    async fn resolve(&self, token: &str) -> Result<Arc<User>, ResolveError> {
-        self.resolver.resolve(&self.server.url(), token).await
+    async fn resolve(&self, token: &str) -> Result<Resolution, ResolveError> {
+        self.resolver
+            .resolve_in_full(&self.server.url(), token)
+            .await
     }
 
     /// The code `token` fails with now.
@@ -101,18 +103,18 @@ async fn an_expired_answer_is_served_stale_while_the_api_is_down() {
     })
     .await;
     let fresh = outage.resolve("t").await.unwrap();
-    assert!(!fresh.stale);
+    assert!(!fresh.is_stale());
     advance(Duration::from_millis(150)).await;
     outage.set(Mode::Failing);
 
     let stale = outage.resolve("t").await.unwrap();
-    assert!(stale.stale);
+    assert!(stale.is_stale());
     assert_eq!((stale.id, stale.name.as_str()), (7, "sam"));
     assert_eq!(outage.resolver.stats().stale_served, 1);
 
     outage.set(Mode::Healthy);
     assert!(
-        !outage.resolve("t").await.unwrap().stale,
+        !outage.resolve("t").await.unwrap().is_stale(),
         "fresh again once the API is back"
     );
 }
@@ -143,7 +145,7 @@ async fn a_timeout_also_falls_back_to_the_stale_answer() {
     outage.resolve("t").await.unwrap();
     advance(Duration::from_millis(100)).await;
     outage.set(Mode::Hanging);
-    assert!(outage.resolve("t").await.unwrap().stale);
+    assert!(outage.resolve("t").await.unwrap().is_stale());
 }
 
 #[tokio::test(start_paused = true)]
@@ -287,7 +289,7 @@ async fn stale_answers_cover_an_open_breaker() {
     outage.resolve("other").await.unwrap_err();
     advance(Duration::from_millis(100)).await;
     let before = outage.requests();
-    assert!(outage.resolve("known").await.unwrap().stale);
+    assert!(outage.resolve("known").await.unwrap().is_stale());
     assert_eq!(outage.requests(), before);
 }
 
@@ -308,7 +310,7 @@ async fn held_outage(
     callers: usize,
     ending: Ending,
     during: impl FnOnce(&Resolver, &str),
-) -> (Vec<Result<Arc<User>, ResolveError>>, Resolver) {
+) -> (Vec<Result<Resolution, ResolveError>>, Resolver) {
     let release = Arc::new(tokio::sync::Notify::new());
     let held = Arc::new(tokio::sync::Notify::new());
     let (r, h) = (release.clone(), held.clone());
@@ -338,13 +340,17 @@ async fn held_outage(
         .retries(0)
         .build()
         .unwrap();
-    assert!(!resolver.resolve(&url, "t").await.unwrap().stale);
+    assert!(!resolver
+        .resolve_in_full(&url, "t")
+        .await
+        .unwrap()
+        .is_stale());
     advance(Duration::from_millis(100)).await;
 
     let tasks: Vec<_> = (0..callers)
         .map(|_| {
             let (resolver, url) = (resolver.clone(), url.clone());
-            tokio::spawn(async move { resolver.resolve(&url, "t").await })
+            tokio::spawn(async move { resolver.resolve_in_full(&url, "t").await })
         })
         .collect();
     // The call is held: every caller spawned before it was polled first (one thread), and has
@@ -372,7 +378,7 @@ async fn a_ban_during_the_call_is_never_answered_stale() {
     .await;
     for result in &results {
         match result {
-            Ok(user) => panic!("the banned user was served (stale: {})", user.stale),
+            Ok(user) => panic!("the banned user was served (stale: {})", user.is_stale()),
             Err(error) => assert_eq!(error.code(), ErrorCode::TokenRejected, "{error}"),
         }
     }
@@ -411,7 +417,7 @@ async fn someone_else_banned_during_the_call_leaves_the_stale_answer() {
     .await;
     for result in results {
         let user = result.unwrap();
-        assert!(user.stale);
+        assert!(user.is_stale());
         assert_eq!(user.id, 7);
     }
     assert_eq!(resolver.stats().stale_served, 4);

@@ -197,7 +197,10 @@ async fn a_token_taken_for_a_short_lifetime_carries_its_expiry_to_the_user() {
         .secret()
         .to_owned();
     let resolver = resolver_for(&api.base_url()).build().unwrap();
-    let user = resolver.resolve(&api.base_url(), &token).await.unwrap();
-    let exp = user.expires_at.expect("the answer's exp").unix_seconds();
+    let user = resolver
+        .resolve_in_full(&api.base_url(), &token)
+        .await
+        .unwrap();
+    let exp = user.expires_at().expect("the answer's exp").unix_seconds();
     assert!((now + 4..=now + 6).contains(&exp), "exp {exp}, now {now}");
 }

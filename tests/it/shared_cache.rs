@@ -415,11 +415,11 @@ async fn a_jwts_expiry_survives_the_trip_through_redis_into_the_local_cache() {
     let (a, b) = (node(&api.url(), &redis), node(&api.url(), &redis));
     a.resolve(&api.url(), &token).await.unwrap();
     eventually("A's answer reaches Redis", || redis.entry_count() > 0).await;
-    let from_redis = b.resolve(&api.url(), &token).await.unwrap();
-    let from_local = b.resolve(&api.url(), &token).await.unwrap();
+    let from_redis = b.resolve_in_full(&api.url(), &token).await.unwrap();
+    let from_local = b.resolve_in_full(&api.url(), &token).await.unwrap();
     assert_eq!((b.stats().shared_hits, b.stats().hits), (1, 1));
     assert_eq!(api.requests(), 1, "node B made no API call");
-    let seconds = |user: &token_resolver::User| user.expires_at.map(|e| e.unix_seconds());
+    let seconds = |user: &token_resolver::Resolution| user.expires_at().map(|e| e.unix_seconds());
     assert_eq!(seconds(&from_redis), Some(exp));
     assert_eq!(
         seconds(&from_local),

@@ -9,7 +9,9 @@ use super::protocol::{
 };
 use super::state::Shared;
 use super::telemetry::MESSAGES_TOTAL;
-use token_resolver::{AccessToken, ConnectRequest, ErrorCode, Identity, JoinRequest, ResolveError};
+use token_resolver::{
+    AccessToken, ConnectRequest, ErrorCode, Identity, JoinRequest, Resolution, ResolveError,
+};
 use token_resolver_player::protocol::{JoinMessage, Request, ServerMessage};
 use token_resolver_player::Player;
 use token_resolver_sessions::{Credential, Purpose, SessionCredentials};
@@ -81,7 +83,7 @@ pub(super) async fn handle(
             let req = ConnectRequest {
                 access_token: access_token.clone(),
             };
-            match shared.resolver.resolve_connect(&req).await {
+            match shared.resolver.resolve_connect_in_full(&req).await {
                 Ok(identity) => {
                     let user_id = identity.user().map(|u| u.id);
                     tracing::info!(
@@ -130,9 +132,9 @@ fn hold(
     purpose: Purpose,
     endpoint: &str,
     token: Option<String>,
-    identity: &Identity,
+    identity: &Identity<Resolution>,
 ) {
-    let (Some(user), Some(token)) = (identity.user(), token) else {
+    let (Some(user), Some(token)) = (identity.resolution(), token) else {
         return;
     };
     let (Ok(token), Some(fingerprint)) = (
@@ -182,7 +184,7 @@ async fn join(
         auth_url: room.auth_url.clone(),
         access_token: access_token.clone(),
     };
-    match shared.resolver.resolve_join(&req).await {
+    match shared.resolver.resolve_join_in_full(&req).await {
         Ok(identity) => {
             let user_id = identity.user().map(|u| u.id);
             tracing::info!(connection, request = "join", room = %room.id, outcome = "ok", user_id, "joined");
@@ -201,7 +203,7 @@ async fn join(
                 );
             }
             let user = player_of(&identity);
-            shared.enter(connection, &room.id, identity);
+            shared.enter(connection, &room.id, identity.map(Resolution::into_user));
             Reply::admitted(encode(&ServerMessage::Joined {
                 room_id: room.id.clone(),
                 user,
@@ -232,7 +234,11 @@ async fn refresh(
     let token = token.unwrap_or_default();
     let mut refreshed = Vec::with_capacity(holdings.credentials.len());
     for credential in &holdings.credentials {
-        let user = match shared.resolver.resolve(&credential.endpoint, &token).await {
+        let user = match shared
+            .resolver
+            .resolve_in_full(&credential.endpoint, &token)
+            .await
+        {
             Ok(user) => user,
             Err(e) => return resolve_refusal(shared, caller, "refresh", &e).into(),
         };

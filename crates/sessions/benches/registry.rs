@@ -8,9 +8,10 @@
 //! `cargo bench -p token-resolver-sessions --bench registry`.
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::Instant;
 
-use token_resolver::{AccessToken, Resolver, Revocation, User};
+use token_resolver::{AccessToken, Resolution, Resolver, Revocation, User};
 use token_resolver_sessions::{Credential, Purpose, Registry, SessionCredentials};
 
 const AT: &str = "https://integrator.example/api/user";
@@ -30,12 +31,11 @@ fn registry(resolver: &Resolver, sessions: u64) -> Registry {
             id: (i / 2) as i64,
             name: "p".into(),
             extra: Default::default(),
-            stale: false,
-            expires_at: None,
         };
         user.extra.insert("sid".into(), format!("s{i}").into());
         let fingerprint = resolver.fingerprint(AT, &token(i)).expect("a usable token");
         let access_token = AccessToken::new(token(i)).expect("a usable token");
+        let user = Resolution::new(Arc::new(user), None);
         let credential = Credential::new(Purpose::Connect, AT, access_token, fingerprint, &user);
         registry.enrol(i);
         let holdings = SessionCredentials {

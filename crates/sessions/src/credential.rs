@@ -6,7 +6,7 @@
 
 use std::time::SystemTime;
 
-use token_resolver::{AccessToken, Expiry, TokenFingerprint, User};
+use token_resolver::{AccessToken, Expiry, Resolution, TokenFingerprint};
 
 /// Which request a credential came from: a session holds at most one of each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub struct Credential {
     pub fingerprint: TokenFingerprint,
     /// The user it resolved to.
     pub user_id: i64,
-    /// The integrator's session it belongs to, when the answer said ([`User::session`]).
+    /// The integrator's session it belongs to, when the answer said ([`User::session`](token_resolver::User::session)).
     pub session: Option<String>,
     /// When the token stops being valid, when it says (before the clock skew).
     pub expires_at: Option<Expiry>,
@@ -47,7 +47,7 @@ impl Credential {
         endpoint: &str,
         token: AccessToken,
         fingerprint: TokenFingerprint,
-        user: &User,
+        user: &Resolution,
     ) -> Credential {
         Credential {
             purpose,
@@ -56,8 +56,8 @@ impl Credential {
             fingerprint,
             user_id: user.id,
             session: user.session().map(str::to_owned),
-            expires_at: user.expires_at,
-            resolved_at: (!user.stale).then(SystemTime::now),
+            expires_at: user.expires_at(),
+            resolved_at: (!user.is_stale()).then(SystemTime::now),
         }
     }
 }

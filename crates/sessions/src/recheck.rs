@@ -57,10 +57,10 @@ pub async fn check_credentials(
             continue;
         }
         let token = credential.token.secret();
-        match resolver.resolve(&credential.endpoint, token).await {
+        match resolver.resolve_in_full(&credential.endpoint, token).await {
             Ok(user) if user.id != credential.user_id => return SessionStatus::Falls,
             // Served from the cache because the API could not be reached: not a confirmation.
-            Ok(user) if user.stale => unknown = Some(ErrorCode::AuthUnavailable),
+            Ok(user) if user.is_stale() => unknown = Some(ErrorCode::AuthUnavailable),
             Ok(_) => {}
             Err(e) if e.is_retryable() => unknown = Some(e.code()),
             Err(_) => return SessionStatus::Falls,

@@ -371,7 +371,7 @@ fn names_one(revocation: &Revocation, h: &Held) -> Option<bool> {
 mod tests {
     use super::*;
     use crate::credential::{Credential, Purpose};
-    use token_resolver::{AccessToken, Resolver, User};
+    use token_resolver::{AccessToken, Resolution, Resolver, User};
 
     const AT: &str = "https://a.example/api/user";
 
@@ -380,14 +380,13 @@ mod tests {
             id: user,
             name: "n".into(),
             extra: Default::default(),
-            stale: false,
-            expires_at: None,
         };
         if let Some(sid) = sid {
             answer.extra.insert("sid".into(), sid.into());
         }
         let fingerprint = resolver.fingerprint(AT, token).unwrap();
         let token = AccessToken::new(token.to_owned()).unwrap();
+        let answer = Resolution::new(std::sync::Arc::new(answer), None);
         Credential::new(Purpose::Connect, AT, token, fingerprint, &answer)
     }
 

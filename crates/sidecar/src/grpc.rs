@@ -136,7 +136,7 @@ impl Checker {
         &self,
         authorization: Option<&String>,
         auth_url: &str,
-    ) -> Result<Arc<token_resolver::User>, ResolveError> {
+    ) -> Result<token_resolver::Resolution, ResolveError> {
         let mut headers = HeaderMap::new();
         if let Some(value) = authorization {
             let value = HeaderValue::from_str(value).map_err(|_| {

@@ -22,7 +22,7 @@ use super::answer::{check_session, error, no_store};
 use super::sessions::{self, Kept, Refused};
 use super::Node;
 use token_resolver::axum::AuthRejection;
-use token_resolver::{AccessToken, ConnectRequest, Endpoint, PlainHttp, ResolveError, User};
+use token_resolver::{AccessToken, ConnectRequest, Endpoint, PlainHttp, Resolution, ResolveError};
 use token_resolver_sessions::{Credential, Purpose};
 
 /// The body of `POST /v1/resolve`.
@@ -71,7 +71,7 @@ pub(crate) async fn resolve(
             id: user.id,
             name: &user.name,
         },
-        expires_at: user.expires_at.map(|exp| exp.unix_seconds()),
+        expires_at: user.expires_at().map(|exp| exp.unix_seconds()),
         refreshed: None,
     };
     let (Some(session), Some((cursor, token))) = (body.session, pending) else {
@@ -159,15 +159,18 @@ impl Node {
         auth_url: &str,
         endpoint: &str,
         token: String,
-    ) -> Result<Arc<User>, ResolveError> {
+    ) -> Result<Resolution, ResolveError> {
         if !auth_url.is_empty() {
-            return self.resolver.resolve(endpoint, &token).await;
+            return self.resolver.resolve_in_full(endpoint, &token).await;
         }
         let request = ConnectRequest {
             access_token: Some(token),
         };
-        let identity = self.resolver.resolve_connect(&request).await?;
-        identity.user().cloned().ok_or(ResolveError::TokenMissing)
+        let identity = self.resolver.resolve_connect_in_full(&request).await?;
+        identity
+            .resolution()
+            .cloned()
+            .ok_or(ResolveError::TokenMissing)
     }
 }
 

@@ -15,9 +15,9 @@ use std::time::Duration;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::answer::parse_user;
+use crate::answer::{answer_expiry, parse_user};
 use crate::cache::Cached;
-use crate::user::User;
+use crate::user::{Resolution, User};
 
 /// An answer as Redis holds it.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,7 +53,10 @@ impl SharedEntry {
     /// The local entry for this answer, fresh for `left`.
     pub(super) fn cached(self, left: Duration) -> Cached {
         match self {
-            SharedEntry::User(user) => Cached::user(Arc::new(user), left),
+            SharedEntry::User(user) => {
+                let expires_at = answer_expiry(&user);
+                Cached::user(Resolution::new(Arc::new(user), expires_at), left)
+            }
             SharedEntry::Rejected(status) => Cached::rejected(status, left),
         }
     }
@@ -290,8 +293,6 @@ mod tests {
             id: 5,
             name: "n".into(),
             extra: Default::default(),
-            stale: false,
-            expires_at: None,
         }
     }
 

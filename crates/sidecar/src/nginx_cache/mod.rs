@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use token_resolver::{Resolver, Revocation, TokenFingerprint, User};
+use token_resolver::{Resolution, Resolver, Revocation, TokenFingerprint};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -223,7 +223,7 @@ impl Grants {
         authorization: &str,
         token: &str,
         fingerprint: TokenFingerprint,
-        user: &User,
+        user: &Resolution,
     ) -> Option<u64> {
         if !is_canonical(authorization, token) {
             return None;
@@ -237,14 +237,14 @@ impl Grants {
         ticket: Ticket,
         key: &str,
         fingerprint: TokenFingerprint,
-        user: &User,
+        user: &Resolution,
     ) -> Option<u64> {
-        if user.stale {
+        if user.is_stale() {
             return None;
         }
         let mut secs = self.ttl.as_secs();
         let unix = unix_now();
-        if let Some(expiry) = user.expires_at {
+        if let Some(expiry) = user.expires_at() {
             secs = secs.min(expiry.unix_seconds().saturating_sub(unix));
         }
         if secs == 0 {
@@ -511,7 +511,7 @@ fn unlist<K: std::hash::Hash + Eq>(index: &mut HashMap<K, HashSet<Arc<str>>>, at
 #[cfg(test)]
 mod tests {
     use super::*;
-    use token_resolver::{Expiry, Resolver};
+    use token_resolver::{Expiry, Resolver, User};
 
     const AUTH_URL: &str = "http://127.0.0.1:9";
 
@@ -532,22 +532,25 @@ mod tests {
         )
     }
 
-    fn user(id: i64, session: Option<&str>) -> User {
+    fn user(id: i64, session: Option<&str>) -> Resolution {
+        user_until(id, session, None)
+    }
+
+    fn user_until(id: i64, session: Option<&str>, expires_at: Option<Expiry>) -> Resolution {
         let mut extra = serde_json::Map::new();
         if let Some(sid) = session {
             extra.insert("sid".into(), sid.into());
         }
-        User {
+        let user = User {
             id,
             name: format!("user-{id}"),
             extra: extra.into(),
-            stale: false,
-            expires_at: None,
-        }
+        };
+        Resolution::new(Arc::new(user), expires_at)
     }
 
     /// Grants `token` to `user` under the key nginx would use.
-    fn grant(grants: &Grants, resolver: &Resolver, token: &str, user: &User) -> Option<u64> {
+    fn grant(grants: &Grants, resolver: &Resolver, token: &str, user: &Resolution) -> Option<u64> {
         let fingerprint = resolver.fingerprint(AUTH_URL, token).unwrap();
         grants.grant(
             grants.ticket(),
@@ -680,20 +683,11 @@ mod tests {
     fn a_stale_or_expiring_answer_is_granted_no_longer_than_it_is_valid() {
         let (grants, resolver, _) = grants(16);
         let now = unix_now();
-        let stale = User {
-            stale: true,
-            ..user(1, None)
-        };
+        let stale = user(1, None).into_stale();
         assert_eq!(grant(&grants, &resolver, "t1", &stale), None);
-        let expired = User {
-            expires_at: Some(Expiry::from_unix_seconds(now)),
-            ..user(1, None)
-        };
+        let expired = user_until(1, None, Some(Expiry::from_unix_seconds(now)));
         assert_eq!(grant(&grants, &resolver, "t2", &expired), None);
-        let soon = User {
-            expires_at: Some(Expiry::from_unix_seconds(now + 10)),
-            ..user(1, None)
-        };
+        let soon = user_until(1, None, Some(Expiry::from_unix_seconds(now + 10)));
         let secs = grant(&grants, &resolver, "t3", &soon).unwrap();
         assert!((9..=10).contains(&secs), "{secs} s");
         assert_eq!(grants.len(), 1);

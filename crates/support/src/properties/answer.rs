@@ -48,7 +48,7 @@ pub fn check_answer(body: &[u8], cache_control: Option<&str>) {
                 _ => None,
             };
             assert_eq!(
-                user.expires_at.map(|e| e.unix_seconds()),
+                token_resolver::answer::answer_expiry(user).map(|e| e.unix_seconds()),
                 expected.map(|secs| secs.clamp(1, u64::from(u32::MAX))),
                 "expiry of {}",
                 show(body)
