@@ -37,6 +37,10 @@ async fn token_appears_in_no_log_span_metric_or_error() {
         logs.contains("cache=\"hit\"") || logs.contains("cache=hit"),
         "spans record the cache outcome"
     );
+    assert!(
+        logs.contains("room=\"lobby-7f3\"") || logs.contains("room=lobby-7f3"),
+        "a join's span names its room"
+    );
     assert!(!logs.contains(&token), "token found in the logs");
     metrics_name_outcomes_and_never_the_token(&recorded_metrics(&snapshotter), &token);
 }
@@ -53,7 +57,7 @@ async fn main_paths(resolver: &Resolver, base: &str, token: &str) -> Vec<Resolve
         .await
         .unwrap();
     let join = JoinRequest {
-        room_id: "r".into(),
+        room_id: "lobby-7f3".into(),
         auth_url: format!("{base}/"),
         access_token: Some(token.to_owned()),
     };

@@ -163,7 +163,7 @@ impl Resolver {
             Ok(user) => return Ok(user.into_user()),
             Err(seen) => seen,
         };
-        let resolution = self.resolve_slow(target, access_token, seen).await;
+        let resolution = self.resolve_slow(target, None, access_token, seen).await;
         resolution.map(Resolution::into_user)
     }
 
@@ -184,7 +184,7 @@ impl Resolver {
             Ok(resolution) => return Ok(resolution),
             Err(seen) => seen,
         };
-        self.resolve_slow(target, access_token, seen).await
+        self.resolve_slow(target, None, access_token, seen).await
     }
 
     /// Resolves the token a client sent on connect, against the default authUrl.
@@ -210,7 +210,7 @@ impl Resolver {
         &self,
         req: &ConnectRequest,
     ) -> Result<Identity<Resolution>, ResolveError> {
-        self.resolve_identity(Target::Default, req.access_token.as_deref())
+        self.resolve_identity(Target::Default, None, req.access_token.as_deref())
             .await
     }
 
@@ -243,13 +243,16 @@ impl Resolver {
             "" => Target::Default,
             url => Target::Url(url),
         };
-        self.resolve_identity(target, req.access_token.as_deref())
+        let room = Some(req.room_id.as_str());
+        self.resolve_identity(target, room, req.access_token.as_deref())
             .await
     }
 
+    /// A connect's or a join's resolution; `room` is the join's, which its span names.
     async fn resolve_identity(
         &self,
         target: Target<'_>,
+        room: Option<&str>,
         token: Option<&str>,
     ) -> Result<Identity<Resolution>, ResolveError> {
         if !self.inner.auth_required {
@@ -260,7 +263,7 @@ impl Resolver {
             Ok(user) => return Ok(Identity::Authenticated(user)),
             Err(seen) => seen,
         };
-        self.resolve_slow(target, token, seen)
+        self.resolve_slow(target, room, token, seen)
             .await
             .map(Identity::Authenticated)
     }
@@ -282,7 +285,7 @@ impl Resolver {
         let target = auth_url.map_or(Target::Default, Target::Url);
         match token {
             Ok(token) => {
-                let identity = self.resolve_identity(target, Some(token)).await?;
+                let identity = self.resolve_identity(target, None, Some(token)).await?;
                 Ok(identity.map(Resolution::into_user))
             }
             Err(error) => {
@@ -333,22 +336,25 @@ impl Resolver {
     fn resolve_slow<'a>(
         &'a self,
         target: Target<'a>,
+        room: Option<&'a str>,
         token: &'a str,
         seen: Seen<'a>,
     ) -> Pin<Box<impl Future<Output = Result<Resolution, ResolveError>> + Send + 'a>> {
-        Box::pin(self.resolve_traced(target, token, seen))
+        Box::pin(self.resolve_traced(target, room, token, seen))
     }
 
-    /// One resolution in its span, counted in the metrics; `seen` is how far
-    /// [`hit`](Self::hit) got.
+    /// One resolution in its span (which names the join's `room`, if any), counted in the
+    /// metrics; `seen` is how far [`hit`](Self::hit) got.
     async fn resolve_traced(
         &self,
         target: Target<'_>,
+        room: Option<&str>,
         token: &str,
         seen: Seen<'_>,
     ) -> Result<Resolution, ResolveError> {
         let span = tracing::debug_span!(
             "resolve",
+            room,
             auth_host = Empty,
             cache = Empty,
             user_id = Empty,

@@ -23,7 +23,7 @@ pub struct ConnectRequest {
 /// A plain struct: write `JoinRequest { room_id, auth_url, access_token, ..Default::default() }`.
 #[derive(Clone, Default)]
 pub struct JoinRequest {
-    /// The room being joined.
+    /// The room being joined; the resolution's span (`resolve`, at DEBUG) names it as `room`.
     pub room_id: String,
     /// The room's authUrl as the client sent it (`RoomJoinArgs.authUrl`); empty when the room
     /// has none, which means the default authUrl.
