@@ -27,8 +27,10 @@ pub(crate) type Fingerprint = Arc<dyn Fn(&Endpoint, &[u8]) -> u64 + Send + Sync>
 /// The local tier and what must reach it from elsewhere: shared with the shared tier's
 /// subscriber, which applies other nodes' invalidations to it.
 pub(crate) struct Local {
-    /// Answers (users and rejections), each with its own time to live.
-    store: Store,
+    /// Answers (users and rejections), each with its own time to live. The tiers read it
+    /// directly on a hit ([`Tiers::lookup`](super::Tiers::lookup)); everything that writes
+    /// goes through `Local`, which keeps the index and the revocation log beside it.
+    pub(super) store: Store,
     /// Every cached user's key, by user and, with a shared tier, by token fingerprint.
     index: Arc<Index>,
     /// The revocations applied lately: a look-up begun before one that names its answer
@@ -103,12 +105,6 @@ impl Local {
         }
     }
 
-    /// What the store says for `key`: the hit path.
-    #[inline(always)]
-    pub(super) fn lookup(&self, key: &KeyRef<'_>) -> Lookup {
-        self.store.get(key)
-    }
-
     /// A fresh answer for `key`, if one is there. `contains_key` first: unlike a `get` it
     /// records no read, so the usual case (nothing there) costs a probe of the map and nothing
     /// more.
@@ -116,7 +112,7 @@ impl Local {
         if !self.store.contains_key(key as &dyn KeyView) {
             return None;
         }
-        match self.lookup(key) {
+        match self.store.get(key) {
             Lookup::Fresh(verdict) => Some(verdict),
             Lookup::Stale(_) | Lookup::Absent => None,
         }

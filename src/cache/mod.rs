@@ -160,7 +160,7 @@ impl Tiers {
     /// node's revocation may be what this node has not heard. A rejection still refuses.
     #[inline(always)]
     pub(crate) fn lookup(&self, key: &KeyRef<'_>) -> Lookup {
-        let found = self.local.lookup(key);
+        let found = self.local.store.get(key);
         if self.trusted.load(Ordering::Relaxed) {
             return found;
         }
