@@ -60,6 +60,8 @@ pub struct Endpoint {
     url: Url,
     /// `scheme://host[:port]`, lower-case, default port elided: compared for equality.
     origin: String,
+    /// The URL's host, shared with every error that names it.
+    host: Arc<String>,
     /// The path the authUrl names, without trailing slashes and without `/api/user`: `""` or
     /// `"/game"`. Compared at segment boundaries.
     base_path: String,
@@ -143,6 +145,7 @@ impl Endpoint {
         }
         Ok(Endpoint {
             origin: url.origin().ascii_serialization(),
+            host: Arc::new(url.host_str().unwrap_or_default().to_owned()),
             base_path,
             key_hash: url_hash(url.as_str()),
             url,
@@ -172,7 +175,12 @@ impl Endpoint {
 
     /// The host, for log lines and error messages.
     pub fn host(&self) -> &str {
-        self.url.host_str().unwrap_or_default()
+        &self.host
+    }
+
+    /// The host, shared: what an error about this endpoint names, at the cost of a count.
+    pub(crate) fn shared_host(&self) -> &Arc<String> {
+        &self.host
     }
 
     /// Whether `self`, as an allowed URL, covers `candidate`: same origin, and the candidate's
@@ -339,6 +347,17 @@ mod tests {
             .map(|u| (Box::from(*u), Arc::new(endpoint(u))))
             .collect();
         AllowList::new(entries, PlainHttp::LoopbackOnly)
+    }
+
+    #[test]
+    fn an_error_about_an_endpoint_names_its_host_alone() {
+        let endpoint = endpoint("https://auth.example/game/x");
+        let e = ResolveError::rejected(endpoint.shared_host(), 401);
+        assert_eq!(e.host(), Some("auth.example"));
+        assert_eq!(e.status(), Some(401));
+        assert!(!e.to_string().contains("/game"), "{e}");
+        assert!(format!("{e:?}").contains("\"auth.example\""), "{e:?}");
+        assert!(!format!("{e:?}").contains("/game"), "{e:?}");
     }
 
     #[test]

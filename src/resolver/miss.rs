@@ -30,7 +30,7 @@ impl Resolver {
         // A revocation that lands while the call is under way wins: the answer is cached
         // nowhere and handed to no one, and the resolution starts over with a call that began
         // after it. Twice in a row and the token is refused.
-        let mut result = Err(ResolveError::revoked(endpoint));
+        let mut result = Err(ResolveError::revoked(endpoint.shared_host()));
         let mut ran = false;
         // Where the revocations stood when the first call began: a stale answer is checked
         // against it (and the caller's own look-up happened before).
@@ -67,9 +67,10 @@ impl Resolver {
         };
         match result {
             Ok(Verdict::User(user)) => Ok((user, outcome)),
-            Ok(Verdict::Rejected(status)) => {
-                Err((ResolveError::rejected(endpoint, status), Some(outcome)))
-            }
+            Ok(Verdict::Rejected(status)) => Err((
+                ResolveError::rejected(endpoint.shared_host(), status),
+                Some(outcome),
+            )),
             // Only an unreachable API falls back; a rejection or a broken answer never does,
             // nor does an answer whose token has expired since, nor one revoked meanwhile.
             Err(error) => match stale {
@@ -106,10 +107,12 @@ impl Resolver {
             since.is_none_or(|since| cache.revoked_since(since, endpoint, key.token, user))
         };
         if revoked(captured) {
-            return Err(ResolveError::revoked(endpoint));
+            return Err(ResolveError::revoked(endpoint.shared_host()));
         }
         match cache.lookup(key) {
-            Lookup::Stale(user) if revoked(&user) => Err(ResolveError::revoked(endpoint)),
+            Lookup::Stale(user) if revoked(&user) => {
+                Err(ResolveError::revoked(endpoint.shared_host()))
+            }
             Lookup::Stale(user) => Ok((!self.has_expired(&user)).then_some(user)),
             // Dropped (by a revocation, or at the end of its window), or replaced by another
             // flight's answer after this one failed: nothing stale to fall back on.

@@ -447,7 +447,7 @@ impl Resolver {
             }
             Lookup::Fresh(Verdict::Rejected(status)) => {
                 inner.counters.bump(Counter::NegativeHits);
-                let error = ResolveError::rejected(&endpoint, status);
+                let error = ResolveError::rejected(endpoint.shared_host(), status);
                 return Err((error, Some(CacheOutcome::NegativeHit)));
             }
             Lookup::Stale(user) => Some(user),

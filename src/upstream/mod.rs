@@ -213,7 +213,10 @@ impl Upstream {
             let once = self.once(endpoint, token, on_request);
             let Ok(result) = tokio::time::timeout_at(deadline, once).await else {
                 admission.record(Outcome::Down);
-                return Err(ResolveError::timeout(endpoint, self.request_timeout));
+                return Err(ResolveError::timeout(
+                    endpoint.shared_host(),
+                    self.request_timeout,
+                ));
             };
             admission.record(match &result {
                 Ok(_) => Outcome::Up,
@@ -312,17 +315,17 @@ impl Upstream {
             }),
             408 | 429 | 500 | 502 | 503 | 504 => Err(TryError::Transient {
                 retry_after: retry_after(response.headers()),
-                error: ResolveError::unavailable_status(endpoint, status.as_u16()),
+                error: ResolveError::unavailable_status(endpoint.shared_host(), status.as_u16()),
             }),
             300..=399 => Err(TryError::Fatal(ResolveError::bad_response(
-                endpoint,
+                endpoint.shared_host(),
                 format!(
                     "HTTP {} redirect; redirects are not followed",
                     status.as_u16()
                 ),
             ))),
             other => Err(TryError::Fatal(ResolveError::bad_response(
-                endpoint,
+                endpoint.shared_host(),
                 format!("unexpected HTTP {other}; expected 200, 401 or 403"),
             ))),
         };
@@ -335,7 +338,9 @@ impl Upstream {
         endpoint: &Arc<Endpoint>,
         mut response: Response,
     ) -> Result<Reply, TryError> {
-        let bad = |detail: String| TryError::Fatal(ResolveError::bad_response(endpoint, detail));
+        let bad = |detail: String| {
+            TryError::Fatal(ResolveError::bad_response(endpoint.shared_host(), detail))
+        };
         let max = self.max_response_bytes;
         let too_big = || {
             bad(format!(
@@ -406,7 +411,7 @@ fn count_request(status: Option<StatusCode>) {
 /// The error of a call refused by an open circuit breaker.
 fn circuit_open(endpoint: &Arc<Endpoint>, wait: Duration) -> ResolveError {
     ResolveError::unavailable(
-        endpoint,
+        endpoint.shared_host(),
         format!(
             "its circuit breaker is open after repeated failures; the next try is in {} ms",
             wait.as_millis()
@@ -425,7 +430,7 @@ fn transport_error(endpoint: &Arc<Endpoint>, e: reqwest::Error) -> TryError {
     };
     TryError::Transient {
         retry_after: None,
-        error: ResolveError::transport(endpoint, detail, e),
+        error: ResolveError::transport(endpoint.shared_host(), detail, e),
     }
 }
 
