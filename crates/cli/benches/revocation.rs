@@ -9,7 +9,7 @@
 //!
 //! Each row is 200 revocations, one per fresh session (connected and joined to a room), with
 //! the median, p99 and max of the delay. Targets: same node under 100 ms, across nodes under
-//! 250 ms. `cargo bench --bench revocation`; the cross-node row needs `redis-server` (skipped
+//! 250 ms. `cargo bench -p token-resolver-cli --bench revocation`; the cross-node row needs `redis-server` (skipped
 //! with a note otherwise).
 
 use token_resolver_support::bench as support;
