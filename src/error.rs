@@ -436,7 +436,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn codes_are_the_stable_strings_of_the_spec() {
+    fn codes_are_the_stable_strings() {
         let strings: Vec<_> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
         assert_eq!(
             strings,

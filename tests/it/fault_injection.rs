@@ -88,7 +88,7 @@ async fn a_content_length_longer_than_the_body_then_close_is_unavailable() {
 
 #[tokio::test]
 async fn a_reset_mid_body_is_unavailable() {
-    // Pins down section 4: a reset -> auth_unavailable, after the retry.
+    // Pins down the error codes: a reset -> auth_unavailable, after the retry.
     let server = RawServer::start(reset_mid_body).await;
     let (error, _) = fails(&server.url(), ErrorCode::AuthUnavailable).await;
     assert_eq!(server.requests(), 2, "one try and one retry");
@@ -220,7 +220,7 @@ status_case!(
 
 #[tokio::test]
 async fn a_long_retry_after_fails_fast_not_at_the_deadline() {
-    // Pins down section 5: a Retry-After that does not fit ends the tries now, not at the
+    // Pins down the retry rule: a Retry-After that does not fit ends the tries now, not at the
     // deadline.
     let server = Scripted::always(429, &[("retry-after", "30")], b"").await;
     let (_, elapsed) = fails(&server.url(), ErrorCode::AuthUnavailable).await;

@@ -55,7 +55,7 @@ async fn a_valid_answer_keeps_extra_fields() {
 
 #[tokio::test]
 async fn status_401_and_403_are_token_rejected_without_retry() {
-    // Pins down section 4: 401/403 -> token_rejected, which is not transient.
+    // Pins down the error codes: 401/403 -> token_rejected, which is not transient.
     for status in [401, 403] {
         let server = Scripted::always(status, &[("www-authenticate", "Bearer")], b"").await;
         assert_eq!(code_of(&server).await, ErrorCode::TokenRejected, "{status}");
@@ -79,7 +79,7 @@ async fn other_statuses_are_bad_responses_without_retry() {
 
 #[tokio::test]
 async fn transient_statuses_are_retried_then_unavailable() {
-    // Pins down section 5: 408/429/500/502/503/504 are tried 1 + retries times.
+    // Pins down the retry rule: 408/429/500/502/503/504 are tried 1 + retries times.
     for status in [408, 429, 500, 502, 503, 504] {
         let server = Scripted::always(status, &[], b"").await;
         assert_eq!(
@@ -124,7 +124,7 @@ async fn a_transient_failure_then_success_resolves() {
 
 #[tokio::test]
 async fn retry_after_beyond_the_deadline_ends_the_tries_at_once() {
-    // Pins down section 5: a Retry-After that does not fit in the remaining time -> unavailable now.
+    // Pins down the retry rule: a Retry-After that does not fit in the remaining time -> unavailable now.
     let server = Scripted::always(503, &[("retry-after", "30")], b"").await;
     let started = Instant::now();
     assert_eq!(code_of(&server).await, ErrorCode::AuthUnavailable);
@@ -184,7 +184,7 @@ async fn redirects_are_not_followed_and_the_token_does_not_move() {
 
 #[tokio::test]
 async fn connection_refused_is_unavailable() {
-    // Pins down section 4: a connect failure -> auth_unavailable.
+    // Pins down the error codes: a connect failure -> auth_unavailable.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
@@ -219,7 +219,7 @@ async fn headers_that_never_come_time_out_at_the_deadline() {
 
 #[tokio::test]
 async fn bad_bodies_are_bad_responses_without_retry() {
-    // Pins down section 3, "The answer": each way a 200 body can be wrong.
+    // Pins down the strict answer rules: each way a 200 body can be wrong.
     let deep = format!(
         r#"{{"id":1,"name":"a","x":{}{}}}"#,
         "[".repeat(5000),

@@ -136,7 +136,7 @@ async fn error_code(response: Response) -> String {
 
 #[tokio::test]
 async fn password_login_token_and_user_works() {
-    // The seed's flow: password login, then a token, then /api/user answers that user, cacheably.
+    // The documented flow: password login, then a token, then /api/user answers that user, cacheably.
     let running = start_default().await;
     let api = Api::new(&running);
     let (cookie, body) = api

@@ -142,7 +142,7 @@ async fn the_lockout_doubles_with_each_further_failure_up_to_the_cap() {
 
 #[tokio::test]
 async fn concurrent_guesses_for_one_username_check_five_passwords() {
-    // The attacker of the issue: 64 guesses at once for one username are answered with five
+    // The attacker this guards against: 64 guesses at once for one username are answered with five
     // password checks (401) and 59 refusals (429), not 64 argon2 runs.
     let running = start(LoginLimits::default()).await;
     let base = running.base_url();

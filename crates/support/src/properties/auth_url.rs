@@ -201,7 +201,7 @@ fn refusal_vocabulary() -> &'static str {
     })
 }
 
-/// Loopback as the spec lists it, read off the URL's serialised host: `localhost`,
+/// Loopback as the authUrl rule lists it, read off the URL's serialised host: `localhost`,
 /// `127.0.0.0/8`, `[::1]`.
 fn reference_is_loopback(url: &url::Url) -> bool {
     match url.host_str() {
