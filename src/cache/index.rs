@@ -6,7 +6,9 @@
 //! shared tier sends revocations that name a token without carrying it. The user table holds
 //! one entry per user (at an endpoint) with the very keys the store holds (one pointer each)
 //! and their fingerprints, so that adding or dropping a key costs a look-up and a walk of that
-//! user's keys alone, not of every key sharing its hash; the token table one entry per key.
+//! user's few keys alone, not of every key sharing its hash; past [`FEW`] keys a user's keys get
+//! a table of their own, found by fingerprint, so that no user's count of tokens makes an
+//! insert under the index's lock cost more. The token table holds one entry per key.
 //! A key is indexed once: one equal to a key indexed already (a token cached anew) takes its
 //! place. Rejections are not indexed: a revocation has nothing to take from them.
 //!
@@ -43,9 +45,29 @@ const SWEEP: usize = 2;
 /// A token's fingerprint, the key it finds, and the hash of the key's user.
 type TokenEntry = (u64, CacheKey, u64);
 
-/// A user's hash and the user's keys, each with its token's fingerprint. Most users hold one token at a time: theirs lives in the table itself, which
-/// saves a look-up a pointer away, and an allocation, for each.
+/// A user's hash and the user's keys, each with its token's fingerprint. Most users hold one
+/// token at a time: theirs lives in the table itself, which saves a look-up a pointer away, and
+/// an allocation, for each.
 type UserEntry = (u64, SmallVec<[(CacheKey, u64); 1]>);
+
+/// Past this many keys, a user's keys leave its [`UserEntry`]'s list for a table of their own
+/// ([`ManyEntry`]), found by fingerprint: an insert or a removal then costs a look-up, not a
+/// walk of the list. A player holds a token or two; a user with thousands (a bot, a load test,
+/// someone minting tokens to slow the index's lock for everyone) is the case this is for.
+const FEW: usize = 32;
+
+/// A user's hash and the user's keys, more than [`FEW`] of them, hashed by their fingerprint
+/// (already a keyed hash). Boxed: a user of the other table costs this one nothing.
+type ManyEntry = (u64, Box<HashTable<(CacheKey, u64)>>);
+
+/// The keys of every user: each user is in `by_user` or in `many`, never in both.
+#[derive(Default)]
+struct Users {
+    /// Users with at most [`FEW`] keys.
+    by_user: HashTable<UserEntry>,
+    /// Users with more than [`FEW`] keys (they stay here until their last key goes).
+    many: HashTable<ManyEntry>,
+}
 
 /// Every cached user's key, by user and, with a shared tier, by token fingerprint.
 pub(crate) struct Index {
@@ -56,8 +78,8 @@ pub(crate) struct Index {
 }
 
 struct Tables {
-    by_user: HashTable<UserEntry>,
-    /// Keys in `by_user`, all users together.
+    users: Users,
+    /// Keys in `users`, all users together.
     user_keys: usize,
     /// `None` without a shared tier: nothing names a token without carrying it then.
     by_token: Option<HashTable<TokenEntry>>,
@@ -71,7 +93,7 @@ impl Index {
     pub(crate) fn new(by_token: bool) -> Index {
         Index {
             tables: Mutex::new(Tables {
-                by_user: HashTable::new(),
+                users: Users::default(),
                 user_keys: 0,
                 by_token: by_token.then(HashTable::new),
                 queue: VecDeque::new(),
@@ -97,25 +119,28 @@ impl Index {
 
     /// Indexes `key`, just stored for `user`, and by `token` (its fingerprint) when tokens are,
     /// in place of an equal key indexed already; then sweeps, forgetting the keys `held` says
-    /// the store no longer holds (it runs under the index's lock: it must not take it).
+    /// the store no longer holds. `fingerprint` gives a swept key's fingerprint, which the
+    /// sweep needs for a user of many keys. Both run under the index's lock: they must not take
+    /// it.
     pub(crate) fn insert(
         &self,
         key: &CacheKey,
         user: i64,
         token: u64,
         held: impl Fn(&CacheKey) -> bool,
+        fingerprint: impl Fn(&CacheKey) -> u64,
     ) {
         let by_user = self.user_hash(key.endpoint().key_hash(), user);
         let mut guard = self.lock();
         let tables = &mut *guard;
-        if insert_for_user(&mut tables.by_user, by_user, key, token) {
+        if tables.users.insert(by_user, key, token) {
             tables.user_keys += 1;
         }
         if let Some(by_token) = &mut tables.by_token {
             insert(by_token, token, key, by_user);
         }
         tables.queue.push_back((key.clone(), by_user));
-        tables.sweep(held);
+        tables.sweep(held, fingerprint);
     }
 
     /// Takes out of the index, and returns, the keys of `user` at the endpoint hashed
@@ -130,20 +155,27 @@ impl Index {
         let hash = self.user_hash(endpoint, user);
         let mut guard = self.lock();
         let tables = &mut *guard;
-        let Ok(mut entry) = tables.by_user.find_entry(hash, |(h, _)| *h == hash) else {
-            return Vec::new();
-        };
-        let keys = &mut entry.get_mut().1;
         let mut taken = Vec::new();
-        keys.retain(|(k, token)| {
+        let mut pick = |k: &CacheKey, token: u64| {
             let take = is(k);
             if take {
-                taken.push((k.clone(), *token));
+                taken.push((k.clone(), token));
             }
             !take
-        });
-        if keys.is_empty() {
-            entry.remove();
+        };
+        let users = &mut tables.users;
+        if let Ok(mut entry) = users.by_user.find_entry(hash, |(h, _)| *h == hash) {
+            let keys = &mut entry.get_mut().1;
+            keys.retain(|(k, token)| pick(k, *token));
+            if keys.is_empty() {
+                entry.remove();
+            }
+        } else if let Ok(mut entry) = users.many.find_entry(hash, |(h, _)| *h == hash) {
+            let keys = &mut entry.get_mut().1;
+            keys.retain(|(k, token)| pick(k, *token));
+            if keys.is_empty() {
+                entry.remove();
+            }
         }
         tables.user_keys -= taken.len();
         if let Some(by_token) = &mut tables.by_token {
@@ -170,7 +202,7 @@ impl Index {
         let mut taken = SmallVec::new();
         while let Ok(entry) = by_token.find_entry(token, |(h, k, _)| *h == token && at(k)) {
             let ((_, key, user), _) = entry.remove();
-            if remove_for_user(&mut tables.by_user, user, &key).is_some() {
+            if tables.users.remove(user, &key, || token).is_some() {
                 tables.user_keys -= 1;
             }
             taken.push(key);
@@ -181,7 +213,7 @@ impl Index {
     /// Forgets everything: the store was emptied.
     pub(crate) fn clear(&self) {
         let mut tables = self.lock();
-        tables.by_user.clear();
+        tables.users = Users::default();
         tables.user_keys = 0;
         if let Some(by_token) = &mut tables.by_token {
             by_token.clear();
@@ -197,10 +229,9 @@ impl Index {
 }
 
 impl Tables {
-    /// Takes `key` out of `by_user` (under the user hashed `user`) and `by_token`; whether it
-    /// was there.
-    fn forget(&mut self, key: &CacheKey, user: u64) -> bool {
-        let Some(token) = remove_for_user(&mut self.by_user, user, key) else {
+    /// Takes `key` out of the user hashed `user` and out of `by_token`; whether it was there.
+    fn forget(&mut self, key: &CacheKey, user: u64, token: impl FnOnce() -> u64) -> bool {
+        let Some(token) = self.users.remove(user, key, token) else {
             return false;
         };
         self.user_keys -= 1;
@@ -210,73 +241,111 @@ impl Tables {
         true
     }
 
-    /// Whether `key` (this very key) is indexed under the user hashed `user`.
-    fn holds(&self, key: &CacheKey, user: u64) -> bool {
-        self.by_user
-            .find(user, |(h, _)| *h == user)
-            .is_some_and(|(_, keys)| keys.iter().any(|(k, _)| k.same(key)))
-    }
-
     /// Looks at the [`SWEEP`] oldest keys of the queue: drops those the index no longer
     /// holds, forgets those the store no longer holds, and puts the others back at the end.
-    fn sweep(&mut self, held: impl Fn(&CacheKey) -> bool) {
+    fn sweep(&mut self, held: impl Fn(&CacheKey) -> bool, fingerprint: impl Fn(&CacheKey) -> u64) {
         for _ in 0..SWEEP {
             let Some((key, user)) = self.queue.pop_front() else {
                 return;
             };
-            if !self.holds(&key, user) {
+            // Computed at most once per key, and only for a user of many keys.
+            let token = std::cell::OnceCell::new();
+            let token = || *token.get_or_init(|| fingerprint(&key));
+            if !self.users.holds(&key, user, token) {
                 continue;
             }
             if held(&key) {
                 self.queue.push_back((key, user));
             } else {
-                self.forget(&key, user);
+                self.forget(&key, user, token);
             }
         }
     }
 }
 
-/// Adds `key`, of fingerprint `token`, to the user hashed `hash`, in place of an equal key
-/// there already; whether the user has one key more.
-fn insert_for_user(
-    table: &mut HashTable<UserEntry>,
-    hash: u64,
-    key: &CacheKey,
-    token: u64,
-) -> bool {
-    match table.find_mut(hash, |(h, _)| *h == hash) {
-        // The fingerprint first: a user may hold thousands of keys, each a pointer away.
-        Some((_, keys)) => match keys.iter_mut().find(|(k, t)| *t == token && k == key) {
-            Some(equal) => {
-                *equal = (key.clone(), token);
-                false
-            }
-            None => {
+impl Users {
+    /// Whether `key` (this very key) is indexed under the user hashed `user`; `token` gives
+    /// its fingerprint, asked only for a user of many keys.
+    fn holds(&self, key: &CacheKey, user: u64, token: impl FnOnce() -> u64) -> bool {
+        if let Some((_, keys)) = self.by_user.find(user, |(h, _)| *h == user) {
+            return keys.iter().any(|(k, _)| k.same(key));
+        }
+        let Some((_, keys)) = self.many.find(user, |(h, _)| *h == user) else {
+            return false;
+        };
+        let token = token();
+        keys.find(token, |(k, t)| *t == token && k.same(key))
+            .is_some()
+    }
+
+    /// Adds `key`, of fingerprint `token`, to the user hashed `hash`, in place of an equal key
+    /// there already; whether the user has one key more. A user's list that grows past [`FEW`]
+    /// moves to `many`.
+    fn insert(&mut self, hash: u64, key: &CacheKey, token: u64) -> bool {
+        let absent = match self.by_user.find_entry(hash, |(h, _)| *h == hash) {
+            Ok(mut entry) => {
+                let keys = &mut entry.get_mut().1;
+                // The fingerprint first: comparing it is cheaper than following the key.
+                if let Some(equal) = keys.iter_mut().find(|(k, t)| *t == token && k == key) {
+                    *equal = (key.clone(), token);
+                    return false;
+                }
                 keys.push((key.clone(), token));
-                true
+                if keys.len() > FEW {
+                    let ((_, keys), _) = entry.remove();
+                    let mut many = HashTable::with_capacity(keys.len() * 2);
+                    for (k, t) in keys {
+                        many.insert_unique(t, (k, t), |(_, t)| *t);
+                    }
+                    self.many
+                        .insert_unique(hash, (hash, Box::new(many)), |(h, _)| *h);
+                }
+                return true;
             }
-        },
-        None => {
-            let keys = smallvec::smallvec![(key.clone(), token)];
-            table.insert_unique(hash, (hash, keys), |(h, _)| *h);
-            true
+            Err(absent) => absent,
+        };
+        if let Some((_, keys)) = self.many.find_mut(hash, |(h, _)| *h == hash) {
+            return match keys.find_mut(token, |(k, t)| *t == token && k == key) {
+                Some(equal) => {
+                    *equal = (key.clone(), token);
+                    false
+                }
+                None => {
+                    keys.insert_unique(token, (key.clone(), token), |(_, t)| *t);
+                    true
+                }
+            };
         }
+        let keys = smallvec::smallvec![(key.clone(), token)];
+        (absent.into_table()).insert_unique(hash, (hash, keys), |(h, _)| *h);
+        true
     }
-}
 
-/// Removes `key` (this very key) from the user hashed `hash`, and the user with its last key;
-/// the key's fingerprint, or `None` when the user did not have it.
-fn remove_for_user(table: &mut HashTable<UserEntry>, hash: u64, key: &CacheKey) -> Option<u64> {
-    let Ok(mut entry) = table.find_entry(hash, |(h, _)| *h == hash) else {
-        return None;
-    };
-    let keys = &mut entry.get_mut().1;
-    let at = keys.iter().position(|(k, _)| k.same(key))?;
-    let (_, token) = keys.swap_remove(at);
-    if keys.is_empty() {
-        entry.remove();
+    /// Removes `key` (this very key) from the user hashed `hash`, and the user with its last
+    /// key; the key's fingerprint, or `None` when the user did not have it. `token` gives the
+    /// fingerprint, asked only for a user of many keys.
+    fn remove(&mut self, hash: u64, key: &CacheKey, token: impl FnOnce() -> u64) -> Option<u64> {
+        if let Ok(mut entry) = self.by_user.find_entry(hash, |(h, _)| *h == hash) {
+            let keys = &mut entry.get_mut().1;
+            let at = keys.iter().position(|(k, _)| k.same(key))?;
+            let (_, token) = keys.swap_remove(at);
+            if keys.is_empty() {
+                entry.remove();
+            }
+            return Some(token);
+        }
+        let Ok(mut entry) = self.many.find_entry(hash, |(h, _)| *h == hash) else {
+            return None;
+        };
+        let token = token();
+        let keys = &mut entry.get_mut().1;
+        let found = keys.find_entry(token, |(k, t)| *t == token && k.same(key));
+        found.ok()?.remove();
+        if keys.is_empty() {
+            entry.remove();
+        }
+        Some(token)
     }
-    Some(token)
 }
 
 /// Adds `key`, of the user hashed `user`, under `hash`, in place of an equal key there already.
@@ -318,14 +387,31 @@ mod tests {
         true
     }
 
+    /// The fingerprint the tests give a key: the number after the `t` of its token.
+    fn fp(key: &CacheKey) -> u64 {
+        let token = std::str::from_utf8(key.token()).unwrap();
+        token[1..].parse().unwrap()
+    }
+
     /// The keys indexed for `user` at `endpoint`, left in place.
     fn keys_of(index: &Index, endpoint: &Endpoint, user: i64) -> Vec<CacheKey> {
         let hash = index.user_hash(endpoint.key_hash(), user);
         let tables = index.lock();
-        let found = tables.by_user.find(hash, |(h, _)| *h == hash);
+        let users = &tables.users;
+        if let Some((_, keys)) = users.by_user.find(hash, |(h, _)| *h == hash) {
+            return keys.iter().map(|(k, _)| k.clone()).collect();
+        }
+        let found = users.many.find(hash, |(h, _)| *h == hash);
         found.map_or_else(Vec::new, |(_, keys)| {
             keys.iter().map(|(k, _)| k.clone()).collect()
         })
+    }
+
+    /// Whether `user`'s keys at `endpoint` are in the table for users of many keys.
+    fn has_many(index: &Index, endpoint: &Endpoint, user: i64) -> bool {
+        let hash = index.user_hash(endpoint.key_hash(), user);
+        let tables = index.lock();
+        tables.users.many.find(hash, |(h, _)| *h == hash).is_some()
     }
 
     #[test]
@@ -333,10 +419,10 @@ mod tests {
         let (a, b) = (endpoint("https://a.example"), endpoint("https://b.example"));
         let index = Index::new(true);
         let (k1, k2, k3) = (key(&a, "t1"), key(&a, "t2"), key(&b, "t3"));
-        index.insert(&k1, 7, 101, all);
-        index.insert(&k2, 7, 102, all);
-        index.insert(&k3, 7, 103, all);
-        index.insert(&k1, 7, 101, all);
+        index.insert(&k1, 7, 101, all, fp);
+        index.insert(&k2, 7, 102, all, fp);
+        index.insert(&k3, 7, 103, all, fp);
+        index.insert(&k1, 7, 101, all, fp);
         let at_a = |k: &CacheKey| k.is_at(&a);
         let found = keys_of(&index, &a, 7);
         assert_eq!(found.len(), 2, "each key once, only at endpoint a");
@@ -362,8 +448,8 @@ mod tests {
         let a = endpoint("https://a.example");
         let index = Index::new(true);
         let (old, new) = (key(&a, "t1"), key(&a, "t1"));
-        index.insert(&old, 7, 101, all);
-        index.insert(&new, 7, 101, all);
+        index.insert(&old, 7, 101, all, fp);
+        index.insert(&new, 7, 101, all, fp);
         assert_eq!(index.len(), 1);
         let found = keys_of(&index, &a, 7);
         assert!(found.len() == 1 && found[0].same(&new));
@@ -384,10 +470,11 @@ mod tests {
         let index = Index::new(true);
         let keys: Vec<CacheKey> = (0..4096).map(|i| key(&a, &format!("t{i}"))).collect();
         for (i, k) in keys.iter().enumerate() {
-            index.insert(k, 7, i as u64, all);
+            index.insert(k, 7, i as u64, all, fp);
         }
-        index.insert(&key(&b, "elsewhere"), 7, 5000, all);
+        index.insert(&key(&b, "elsewhere"), 7, 5000, all, fp);
         assert_eq!(index.len(), 4097);
+        assert!(has_many(&index, &a, 7) && !has_many(&index, &b, 7));
         for (i, k) in keys.iter().enumerate().step_by(2) {
             assert_eq!(index.take_user(a.key_hash(), 7, |o| o.same(k)).len(), 1);
             assert!(index.take_token(i as u64, all).is_empty());
@@ -405,8 +492,9 @@ mod tests {
             "taken from both tables"
         );
         assert_eq!(index.take_user(b.key_hash(), 7, all).len(), 1);
+        let tables = index.lock();
         assert!(
-            index.lock().by_user.is_empty(),
+            tables.users.by_user.is_empty() && tables.users.many.is_empty(),
             "the users went with their last keys"
         );
     }
@@ -425,7 +513,7 @@ mod tests {
                 held.pop_front();
             }
             let now: HashSet<usize> = held.iter().map(CacheKey::id).collect();
-            index.insert(&k, i as i64 % 50, i, |k| now.contains(&k.id()));
+            index.insert(&k, i as i64 % 50, i, |k| now.contains(&k.id()), fp);
             every.push(k);
             assert!(
                 index.len() <= 300,
@@ -443,10 +531,65 @@ mod tests {
     }
 
     #[test]
+    fn a_user_past_a_few_keys_gets_a_table_where_a_token_cached_anew_still_takes_its_place() {
+        let a = endpoint("https://a.example");
+        let index = Index::new(false);
+        let keys: Vec<CacheKey> = (0..=FEW).map(|i| key(&a, &format!("t{i}"))).collect();
+        for (i, k) in keys.iter().enumerate() {
+            assert!(!has_many(&index, &a, 7), "{i} keys are few");
+            index.insert(k, 7, i as u64, all, fp);
+        }
+        assert!(has_many(&index, &a, 7), "{} keys are many", FEW + 1);
+        let again = key(&a, "t3");
+        index.insert(&again, 7, 3, all, fp);
+        assert_eq!(index.len(), FEW + 1, "in place of the equal key");
+        let found = keys_of(&index, &a, 7);
+        assert!(found.iter().any(|k| k.same(&again)) && !found.iter().any(|k| k.same(&keys[3])));
+        let taken = index.take_user(a.key_hash(), 7, |k| k.same(&keys[0]) || k.same(&again));
+        assert_eq!(taken.len(), 2);
+        assert_eq!(index.len(), FEW - 1);
+        assert_eq!(index.take_user(a.key_hash(), 7, all).len(), FEW - 1);
+        assert!(!has_many(&index, &a, 7), "the user went with its last key");
+    }
+
+    #[test]
+    fn the_sweep_keeps_a_user_of_many_keys_to_what_the_store_holds() {
+        // One user with 10,000 tokens, of which the store keeps the latest 100: the sweep finds
+        // the dropped ones by fingerprint, and never forgets a held one.
+        let a = endpoint("https://a.example");
+        let index = Index::new(true);
+        let mut held: VecDeque<CacheKey> = VecDeque::new();
+        let mut every: Vec<CacheKey> = Vec::new();
+        for i in 0..10_000u64 {
+            let k = key(&a, &format!("t{i}"));
+            held.push_back(k.clone());
+            if held.len() > 100 {
+                held.pop_front();
+            }
+            let now: HashSet<usize> = held.iter().map(CacheKey::id).collect();
+            index.insert(&k, 7, i, |k| now.contains(&k.id()), fp);
+            every.push(k);
+            assert!(
+                index.len() <= 300,
+                "{} keys indexed for 100 held",
+                index.len()
+            );
+        }
+        assert!(has_many(&index, &a, 7));
+        for (i, k) in every.iter().enumerate().rev().take(100) {
+            let found = index.take_token(i as u64, all);
+            assert!(
+                found.len() == 1 && found[0].same(k),
+                "a held key is never forgotten"
+            );
+        }
+    }
+
+    #[test]
     fn without_a_shared_tier_tokens_are_not_indexed() {
         let a = endpoint("https://a.example");
         let index = Index::new(false);
-        index.insert(&key(&a, "t1"), 7, 101, all);
+        index.insert(&key(&a, "t1"), 7, 101, all, fp);
         assert!(!index.by_token());
         assert!(index.take_token(101, all).is_empty());
         assert_eq!(keys_of(&index, &a, 7).len(), 1);

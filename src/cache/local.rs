@@ -169,7 +169,9 @@ impl Local {
         self.store.insert(key.clone(), cached);
         if let Some((user, fingerprint)) = user {
             let held = |key: &CacheKey| self.store.holds_user(key as &dyn KeyView);
-            self.index.insert(&key, user.id, fingerprint, held);
+            let fingerprint_of = |key: &CacheKey| (self.fingerprint)(key.endpoint(), key.token());
+            self.index
+                .insert(&key, user.id, fingerprint, held, fingerprint_of);
         }
         // A revocation between the check and the index may have looked for the entry before it
         // was there: look again, and take the entry back if one came.
