@@ -100,7 +100,7 @@ impl Fixture {
         cache
     }
 
-    /// A bare moka cache as the resolver's `lasting` one: the same key, the `Arc<User>` alone.
+    /// A bare moka cache as the resolver's users: the same key, the `Arc<User>` alone.
     fn moka(&self) -> moka::sync::Cache<Key, Arc<User>, support::KeyHasher> {
         let cache = support::moka_cache(100_000);
         for (k, v) in self.keys() {

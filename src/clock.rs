@@ -14,9 +14,9 @@
 //! What this clock does not own:
 //! - wall-clock dates (`SystemTime`): a token's `exp`, and when a revocation was made, which
 //!   other nodes compare with their own wall clock; those stay `SystemTime`.
-//! - moka's time to live: the local tier's `lasting` cache (users fresh for the whole
-//!   `cache_ttl`, with stale serving off) is expired by moka on its own clock, so that a hit
-//!   there reads no clock at all; every other entry also carries a `Deadline` read from here.
+//! - moka's time to live: the local tier's lasting users (fresh for the whole `cache_ttl`, with
+//!   stale serving off) are expired by moka on its own clock, so that a hit on one reads no
+//!   clock at all; every other entry also carries a `Deadline` read from here.
 
 pub(crate) use tokio::time::Instant;
 

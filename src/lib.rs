@@ -24,7 +24,7 @@
 //!   an answer lives (`expiry`: `exp`, a JWT's `exp`, the clock skew); invalidation and the
 //!   [`Revocation`] events a game server closes live sessions on (`revoke`); [`Stats`].
 //! - `cache/`: the cache as one type over its tiers: what an entry is (`entry`), keys and their
-//!   keyed hashing (`key`), the local tier (`local`) on three moka caches (`store`) and, with
+//!   keyed hashing (`key`), the local tier (`local`) on two moka caches (`store`) and, with
 //!   feature `redis`, the shared tier on Redis (`redis`, configured by [`RedisTier`]: one server
 //!   over `redis://` or `rediss://`, Sentinel, or Redis Cluster; checked with
 //!   [`RedisTier::check`], whose [`RedisTierError`] names what is wrong) with cluster-wide

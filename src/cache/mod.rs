@@ -10,8 +10,8 @@
 //! - [`key`]: keys and their keyed hashing.
 //! - `local`: the local tier: its store, the count of invalidations that keeps a call in flight
 //!   from undoing one, and where revocations are told.
-//! - `store`: the local tier's storage, three moka caches (users fresh for the whole time to
-//!   live, users with a deadline of their own, rejections).
+//! - `store`: the local tier's storage, two moka caches under one bound (users, lasting or with
+//!   a deadline of their own; rejections).
 //! - `revocation`: [`Revocation`]s as events, and the [`TokenFingerprint`] that names a token.
 //! - `redis` (feature `redis`): the shared tier, its connection forms (one server, Sentinel,
 //!   Cluster), its keys, and the invalidation channel; without the feature, `without_redis`

@@ -1,5 +1,5 @@
-//! The local tier's storage: entries that are a user or a rejection, in three moka caches
-//! ([`Cache`]) of one time to live each. Keys and their hashing are `key`'s; what to cache and
+//! The local tier's storage: entries that are a user or a rejection, in two moka caches of one
+//! time to live each, which share the one bound `max_cache_entries` sets. Keys and their hashing are `key`'s; what to cache and
 //! for how long is decided by the resolver; which concurrent look-ups share one call is the
 //! resolver's `flight`'s business.
 
@@ -14,35 +14,46 @@ use crate::user::{Resolution, User};
 /// reading: the time between an answer and its insertion, not a policy.
 const UNCHECKED_SLACK: Duration = Duration::from_millis(10);
 
-/// The local tier's storage: three moka caches, each with one time to live for all its
-/// entries, which moka checks on every read at no extra cost.
+/// The local tier's storage: two moka caches, each with one time to live for all its entries,
+/// which moka checks on every read at no extra cost.
 ///
-/// - `lasting`: users fresh for the whole `cache_ttl` whose answer and token say no expiry,
-///   with stale serving off, the usual case. moka's time to live is their deadline, so the
-///   value is the `Arc<User>` alone and a hit reads nothing else: moka hands a value back
-///   through the stack, so a hit pays for every word of it.
-/// - `timed`: users with a deadline of their own, read on every hit: fresh for less than
-///   `cache_ttl` (a shorter `max-age`, a read-through from the shared tier), any user whose
-///   token has an expiry (which the entry keeps), or any user while stale serving is on (kept
-///   `serve_stale_for` past its freshness).
+/// - `users`: what the API vouched for. A user fresh for the whole `cache_ttl`, whose answer and
+///   token say no expiry, with stale serving off (the usual case) is [`Held::Lasting`]: moka's
+///   time to live is its deadline, so a hit reads nothing else. Any other is [`Held::Timed`],
+///   with a deadline read on every hit: fresh for less than `cache_ttl` (a shorter `max-age`,
+///   a read-through from the shared tier), with an expiry to hand on, or kept
+///   `serve_stale_for` past its freshness.
 /// - `rejections`: 401 and 403 answers, for `negative_cache_ttl`; apart, so that a flood of bad
 ///   tokens cannot evict the players' entries.
 ///
-/// A key is in one of them at most: storing an answer drops the key from the other two. moka's
-/// per-entry expiry (`Expiry`) would give each entry its own lifetime in one cache, but it
-/// converts clocks and calls back into the policy on every read, which a hit would pay for.
+/// `max_cache_entries` bounds the two together: rejections get an eighth of it
+/// ([`REJECTIONS_SHARE`]), users the rest. A key is in one of them at most: storing an answer
+/// drops the key from the other. moka's per-entry expiry (`Expiry`) would give each entry its
+/// own lifetime in one cache, but it converts clocks and calls back into the policy on every
+/// read, which a hit would pay for.
 pub(crate) struct Store {
-    /// Users fresh for their whole stay, kept `cache_ttl`.
-    lasting: moka::sync::Cache<CacheKey, Arc<User>, KeyHasher>,
-    /// Users with a deadline to read, kept `cache_ttl + stale_for`.
-    timed: moka::sync::Cache<CacheKey, TimedUser, KeyHasher>,
+    /// Users, kept `cache_ttl + stale_for`.
+    users: moka::sync::Cache<CacheKey, Held, KeyHasher>,
     /// Rejections, kept `negative_cache_ttl`.
     rejections: moka::sync::Cache<CacheKey, Rejection, KeyHasher>,
-    /// `lasting`'s time to live: an answer fresh for at least this long goes there.
+    /// The users' time to live when nothing outlives its freshness: an answer fresh for at
+    /// least this long is [`Held::Lasting`].
     lasting_ttl: Duration,
     /// How long a user outlives its freshness, as a fallback; zero when stale serving is off,
-    /// and then `lasting` is used.
+    /// and only then is a user [`Held::Lasting`].
     stale_for: Duration,
+}
+
+/// The part of `max_cache_entries` that rejections may hold, as a divisor: an eighth.
+const REJECTIONS_SHARE: u64 = 8;
+
+/// A cached user, as `users` holds it: two words, so that a hit copies little.
+#[derive(Clone)]
+enum Held {
+    /// Fresh until moka's time to live ends it; no expiry.
+    Lasting(Arc<User>),
+    /// With its own deadline, and its token's expiry.
+    Timed(Arc<TimedUser>),
 }
 
 /// moka wants a time to live above zero; a zero one caches nothing anyway (`store` refuses
@@ -64,8 +75,7 @@ where
         .build_with_hasher(KeyHasher::default())
 }
 
-/// A user with its token's expiry and its deadline, in `timed`.
-#[derive(Clone)]
+/// A user with its token's expiry and its deadline.
 struct TimedUser {
     user: Resolution,
     fresh_until: Deadline,
@@ -80,46 +90,50 @@ struct Rejection {
 
 impl Store {
     /// Users kept for `cache_ttl` (plus `stale_for` past their freshness), rejections for
-    /// `negative_ttl`, at most `capacity` in each of the three caches.
+    /// `negative_ttl`, at most `capacity` entries in all.
     pub(crate) fn new(
         capacity: u64,
         cache_ttl: Duration,
         negative_ttl: Duration,
         stale_for: Duration,
     ) -> Store {
+        let rejections = capacity / REJECTIONS_SHARE;
         Store {
-            lasting: moka_cache(capacity, cache_ttl),
-            timed: moka_cache(capacity, cache_ttl.saturating_add(stale_for)),
-            rejections: moka_cache(capacity, negative_ttl),
+            users: moka_cache(capacity - rejections, cache_ttl.saturating_add(stale_for)),
+            rejections: moka_cache(rejections, negative_ttl),
             lasting_ttl: at_least(cache_ttl),
             stale_for,
         }
     }
 
     /// What the cache says for `key`: a fresh answer, a user kept past its freshness (stale
-    /// serving on), or nothing. The hit path: one hash and one word for a lasting user; the
+    /// serving on), or nothing. The hit path: one hash and two words for a lasting user; the
     /// clock is read for the others only.
     #[inline(always)]
     pub(crate) fn get(&self, key: &KeyRef<'_>) -> Lookup {
-        match self.lasting.get(key) {
-            Some(user) => Lookup::Fresh(Verdict::User(Resolution::new(user, None))),
-            None => self.get_timed(key),
+        match self.users.get(key) {
+            Some(Held::Lasting(user)) => Lookup::Fresh(Verdict::User(Resolution::new(user, None))),
+            Some(Held::Timed(entry)) => self.timed(&entry),
+            None => self.get_rejection(key),
         }
     }
 
-    /// [`get`](Self::get) past `lasting`: users with a deadline, then rejections.
+    /// What a user with a deadline is now: fresh, kept stale, or (past both) nothing.
     #[inline(never)]
-    fn get_timed(&self, key: &KeyRef<'_>) -> Lookup {
-        if let Some(entry) = self.timed.get(key) {
-            let now = Deadline::now();
-            if now < entry.fresh_until {
-                return Lookup::Fresh(Verdict::User(entry.user));
-            }
-            if now < entry.fresh_until.later(self.stale_for) {
-                return Lookup::Stale(entry.user);
-            }
-            return Lookup::Absent;
+    fn timed(&self, entry: &TimedUser) -> Lookup {
+        let now = Deadline::now();
+        if now < entry.fresh_until {
+            return Lookup::Fresh(Verdict::User(entry.user.clone()));
         }
+        if now < entry.fresh_until.later(self.stale_for) {
+            return Lookup::Stale(entry.user.clone());
+        }
+        Lookup::Absent
+    }
+
+    /// [`get`](Self::get) for a key no user is cached under: a rejection, or nothing.
+    #[inline(never)]
+    fn get_rejection(&self, key: &KeyRef<'_>) -> Lookup {
         match self.rejections.get(key) {
             Some(entry) if !entry.fresh_until.has_passed() => {
                 Lookup::Fresh(Verdict::Rejected(entry.status))
@@ -130,22 +144,20 @@ impl Store {
 
     /// The user cached for `key`, fresh or kept stale; `None` for a rejection or nothing.
     pub(crate) fn user(&self, key: &CacheKey) -> Option<Arc<User>> {
-        let key = key as &dyn KeyView;
-        self.lasting
-            .get(key)
-            .or_else(|| self.timed.get(key).map(|entry| entry.user.into_user()))
+        match self.users.get(key as &dyn KeyView)? {
+            Held::Lasting(user) => Some(user),
+            Held::Timed(entry) => Some(entry.user.user().clone()),
+        }
     }
 
     /// Whether `key` is held as a user, fresh or not; records no read.
     pub(crate) fn holds_user(&self, key: &dyn KeyView) -> bool {
-        self.lasting.contains_key(key) || self.timed.contains_key(key)
+        self.users.contains_key(key)
     }
 
     /// Whether any of the caches holds `key`; records no read.
     pub(crate) fn contains_key(&self, key: &dyn KeyView) -> bool {
-        self.lasting.contains_key(key)
-            || self.timed.contains_key(key)
-            || self.rejections.contains_key(key)
+        self.users.contains_key(key) || self.rejections.contains_key(key)
     }
 
     /// Stores `cached` under `key`, replacing whatever `key` had in any of the caches.
@@ -157,24 +169,21 @@ impl Store {
                 let lasts = self.stale_for.is_zero()
                     && user.expires_at().is_none()
                     && fresh_until.left() + UNCHECKED_SLACK >= self.lasting_ttl;
-                if lasts {
-                    self.timed.invalidate(view);
-                    self.lasting.insert(key, user.user().clone());
+                let held = if lasts {
+                    Held::Lasting(user.user().clone())
                 } else {
-                    self.lasting.invalidate(view);
-                    let entry = TimedUser {
+                    Held::Timed(Arc::new(TimedUser {
                         user: user.clone(),
                         fresh_until: *fresh_until,
-                    };
-                    self.timed.insert(key, entry);
-                }
+                    }))
+                };
+                self.users.insert(key, held);
             }
             Cached::Rejected {
                 status,
                 fresh_until,
             } => {
-                self.lasting.invalidate(view);
-                self.timed.invalidate(view);
+                self.users.invalidate(view);
                 let entry = Rejection {
                     status: *status,
                     fresh_until: *fresh_until,
@@ -186,8 +195,7 @@ impl Store {
 
     /// Drops `key`'s answer.
     pub(crate) fn invalidate(&self, key: &dyn KeyView) {
-        self.lasting.invalidate(key);
-        self.timed.invalidate(key);
+        self.users.invalidate(key);
         self.rejections.invalidate(key);
     }
 
@@ -196,11 +204,8 @@ impl Store {
     /// it is. For a revocation: an insert that races with it is caught by the revocation log,
     /// which [`Local::store`](super::local::Local::store) checks again once it has inserted.
     pub(crate) fn invalidate_held(&self, key: &dyn KeyView) {
-        if self.lasting.contains_key(key) {
-            self.lasting.invalidate(key);
-        }
-        if self.timed.contains_key(key) {
-            self.timed.invalidate(key);
+        if self.users.contains_key(key) {
+            self.users.invalidate(key);
         }
         if self.rejections.contains_key(key) {
             self.rejections.invalidate(key);
@@ -208,30 +213,25 @@ impl Store {
     }
 
     /// [`invalidate_held`](Self::invalidate_held) for a key the index found: a user, so in
-    /// `lasting` or `timed` (a key is in one cache at most), and usually in `lasting`, which
-    /// is tried without a probe first.
+    /// `users` if anywhere, removed without a probe first.
     pub(crate) fn invalidate_user(&self, key: &dyn KeyView) {
-        if self.lasting.remove(key).is_none() && self.timed.contains_key(key) {
-            self.timed.invalidate(key);
-        }
+        self.users.invalidate(key);
     }
 
     /// Drops every answer.
     pub(crate) fn invalidate_all(&self) {
-        self.lasting.invalidate_all();
-        self.timed.invalidate_all();
+        self.users.invalidate_all();
         self.rejections.invalidate_all();
     }
 
-    /// Entries in the three caches, as moka counts them.
+    /// Entries in the two caches, as moka counts them.
     pub(crate) fn entry_count(&self) -> u64 {
-        self.lasting.entry_count() + self.timed.entry_count() + self.rejections.entry_count()
+        self.users.entry_count() + self.rejections.entry_count()
     }
 
     /// Applies moka's pending work, so that [`entry_count`](Self::entry_count) is current.
     pub(crate) fn run_pending_tasks(&self) {
-        self.lasting.run_pending_tasks();
-        self.timed.run_pending_tasks();
+        self.users.run_pending_tasks();
         self.rejections.run_pending_tasks();
     }
 }
@@ -289,18 +289,18 @@ mod tests {
         }
     }
 
-    /// Which of the three caches holds `key`.
+    /// How `key` is held: as a lasting or a timed user, as a rejection (a key is in one cache
+    /// at most).
     fn held_in(cache: &Store, key: &CacheKey) -> Vec<&'static str> {
         let view = key as &dyn KeyView;
         let mut held = Vec::new();
-        for (name, there) in [
-            ("lasting", cache.lasting.contains_key(view)),
-            ("timed", cache.timed.contains_key(view)),
-            ("rejections", cache.rejections.contains_key(view)),
-        ] {
-            if there {
-                held.push(name);
-            }
+        match cache.users.get(view) {
+            Some(Held::Lasting(_)) => held.push("lasting"),
+            Some(Held::Timed(_)) => held.push("timed"),
+            None => {}
+        }
+        if cache.rejections.contains_key(view) {
+            held.push("rejections");
         }
         held
     }

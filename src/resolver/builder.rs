@@ -153,12 +153,13 @@ impl ResolverBuilder {
         }
     }
 
-    /// Cache capacity in entries. The local tier keeps users and rejections apart (and users
-    /// with a deadline shorter than [`cache_ttl`](Self::cache_ttl), or every user while
-    /// [`serve_stale_for`](Self::serve_stale_for) is on, apart from the rest), each part holding
-    /// at most this many, so that a flood of one kind cannot evict the other (moka enforces it
-    /// as it applies writes: an entry whose key is being written as it would be evicted goes
-    /// at its next pass). Default: 100 000.
+    /// How many answers the local tier holds, in all: users (fresh, or kept stale for
+    /// [`serve_stale_for`](Self::serve_stale_for)) and rejections together. Rejections may take
+    /// an eighth of it and no more, so that a flood of bad tokens cannot evict the players'
+    /// entries. moka applies the bound as it applies writes: between its passes, an entry whose
+    /// eviction is due may still be held. Each entry costs about 0.5-0.6 KB (one
+    /// `ExtraFields`-free user with a 43-byte token: 481 B of heap at 100 000, 570 B of
+    /// resident memory at 1 000 000), so the default holds in about 60 MB. Default: 100 000.
     pub fn max_cache_entries(self, entries: u64) -> Self {
         ResolverBuilder {
             max_cache_entries: entries,

@@ -22,9 +22,8 @@ const RESOLUTIONS: usize = 100_000;
 const WORKERS: usize = 256;
 const MAX_IN_FLIGHT: usize = 32;
 const CACHE_ENTRIES: u64 = 2_000;
-/// What the cache may hold past its capacity for a moment: moka evicts an entry at its next
-/// pass when another thread is writing the same key (the eviction listener the revocation
-/// index needs locks keys), and stores run one per upstream call, so at most this many.
+/// What the cache may hold past its capacity for a moment: moka applies the bound at its
+/// passes over the writes, and stores run one per upstream call, so at most this many.
 const IN_FLIGHT_SLACK: u64 = MAX_IN_FLIGHT as u64;
 const FAILURE_RATE: f64 = 0.3;
 /// Tokens whose resolutions are interleaved at a time.

@@ -8,6 +8,7 @@
 //! count forged messages through a global metrics recorder.
 
 mod axum_integration;
+mod capacity;
 mod concurrency;
 mod expiry;
 mod fault_injection;

@@ -19,7 +19,10 @@ pub(super) async fn fill(entries: u64, concurrency: usize) -> Result<(), String>
         .default_auth_url(&base)
         .cache_ttl(Duration::from_secs(3600))
         // Room for the warm-up and the fill, no more: moka sizes its frequency sketch by this.
-        .max_cache_entries(entries + WARM_UP_PER_TASK * concurrency as u64)
+        // Users may hold seven eighths of the bound (rejections the rest).
+        .max_cache_entries(bound_for_users(
+            entries + WARM_UP_PER_TASK * concurrency as u64,
+        ))
         .build()
         .map_err(|e| e.to_string())?;
     // Connections and buffers exist before the first measurement: a concurrent warm-up opens
@@ -77,6 +80,12 @@ pub(super) async fn fill(entries: u64, concurrency: usize) -> Result<(), String>
         delta as f64 / filled.max(1) as f64,
     );
     Ok(())
+}
+
+/// The least `max_cache_entries` under which `users` users fit: they may hold seven eighths
+/// of it.
+fn bound_for_users(users: u64) -> u64 {
+    users + users.div_ceil(7)
 }
 
 /// Resolutions each task of the fill makes before the first reading (and entries they leave).
