@@ -217,7 +217,7 @@ impl ResolverBuilder {
     }
 
     /// Serve an answer up to this long past its freshness when the auth API is unavailable or
-    /// times out; the user is then flagged [`User::stale`] and counted in
+    /// times out; the answer is then [`stale`](crate::Resolution::is_stale) and counted in
     /// `token_resolver_stale_served_total`. Never when the API rejects the token or breaks the
     /// protocol, nor when something the answer stands for (its token, user or session, or
     /// everything) was revoked while the failed call was under way: every caller of that call
