@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::entry::{Cached, Deadline, Lookup, Verdict};
 use super::key::{CacheKey, KeyHasher, KeyRef, KeyView};
-use crate::user::{Resolution, User};
+use crate::user::{Expiry, Resolution, User};
 
 /// How far past its deadline moka's time to live may keep an entry that is not checked on
 /// reading: the time between an answer and its insertion, not a policy.
@@ -17,12 +17,12 @@ const UNCHECKED_SLACK: Duration = Duration::from_millis(10);
 /// The local tier's storage: two moka caches, each with one time to live for all its entries,
 /// which moka checks on every read at no extra cost.
 ///
-/// - `users`: what the API vouched for. A user fresh for the whole `cache_ttl`, whose answer and
-///   token say no expiry, with stale serving off (the usual case) is [`Held::Lasting`]: moka's
-///   time to live is its deadline, so a hit reads nothing else. Any other is [`Held::Timed`],
-///   with a deadline read on every hit: fresh for less than `cache_ttl` (a shorter `max-age`,
-///   a read-through from the shared tier), with an expiry to hand on, or kept
-///   `serve_stale_for` past its freshness.
+/// - `users`: what the API vouched for. A user fresh for the whole `cache_ttl` (its expiry, if
+///   any, further off), with stale serving off (the usual case) is [`Held::Lasting`]: moka's
+///   time to live is its deadline, so a hit reads no clock. Any other is [`Held::Timed`], with
+///   a deadline read on every hit: fresh for less than `cache_ttl` (a shorter `max-age`, an
+///   expiry sooner, a read-through from the shared tier), or kept `serve_stale_for` past its
+///   freshness.
 /// - `rejections`: 401 and 403 answers, for `negative_cache_ttl`; apart, so that a flood of bad
 ///   tokens cannot evict the players' entries.
 ///
@@ -50,8 +50,8 @@ const REJECTIONS_SHARE: u64 = 8;
 /// A cached user, as `users` holds it: two words, so that a hit copies little.
 #[derive(Clone)]
 enum Held {
-    /// Fresh until moka's time to live ends it; no expiry.
-    Lasting(Arc<User>),
+    /// Fresh until moka's time to live ends it, with its token's expiry (later than that).
+    Lasting(Arc<User>, Option<Expiry>),
     /// With its own deadline, and its token's expiry.
     Timed(Arc<TimedUser>),
 }
@@ -112,7 +112,9 @@ impl Store {
     #[inline(always)]
     pub(crate) fn get(&self, key: &KeyRef<'_>) -> Lookup {
         match self.users.get(key) {
-            Some(Held::Lasting(user)) => Lookup::Fresh(Verdict::User(Resolution::new(user, None))),
+            Some(Held::Lasting(user, expires_at)) => {
+                Lookup::Fresh(Verdict::User(Resolution::new(user, expires_at)))
+            }
             Some(Held::Timed(entry)) => self.timed(&entry),
             None => self.get_rejection(key),
         }
@@ -145,7 +147,7 @@ impl Store {
     /// The user cached for `key`, fresh or kept stale; `None` for a rejection or nothing.
     pub(crate) fn user(&self, key: &CacheKey) -> Option<Arc<User>> {
         match self.users.get(key as &dyn KeyView)? {
-            Held::Lasting(user) => Some(user),
+            Held::Lasting(user, _) => Some(user),
             Held::Timed(entry) => Some(entry.user.user().clone()),
         }
     }
@@ -167,10 +169,9 @@ impl Store {
             Cached::User { user, fresh_until } => {
                 self.rejections.invalidate(view);
                 let lasts = self.stale_for.is_zero()
-                    && user.expires_at().is_none()
                     && fresh_until.left() + UNCHECKED_SLACK >= self.lasting_ttl;
                 let held = if lasts {
-                    Held::Lasting(user.user().clone())
+                    Held::Lasting(user.user().clone(), user.expires_at())
                 } else {
                     Held::Timed(Arc::new(TimedUser {
                         user: user.clone(),
@@ -295,7 +296,7 @@ mod tests {
         let view = key as &dyn KeyView;
         let mut held = Vec::new();
         match cache.users.get(view) {
-            Some(Held::Lasting(_)) => held.push("lasting"),
+            Some(Held::Lasting(..)) => held.push("lasting"),
             Some(Held::Timed(_)) => held.push("timed"),
             None => {}
         }
@@ -303,6 +304,12 @@ mod tests {
             held.push("rejections");
         }
         held
+    }
+
+    #[test]
+    fn a_cached_user_is_two_words() {
+        // moka hands the value back through the stack on every hit, and keeps one per entry.
+        assert_eq!(std::mem::size_of::<Held>(), 16);
     }
 
     #[test]
