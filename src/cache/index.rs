@@ -4,11 +4,12 @@
 //! Keys are found by their user (at their endpoint), which covers a ban, a logout (a session
 //! is one of a user's: the cached answer says which), and by their token's fingerprint when a
 //! shared tier sends revocations that name a token without carrying it. The user table holds
-//! one entry per user (at an endpoint) with the very keys the store holds (one pointer each)
-//! and their fingerprints, so that adding or dropping a key costs a look-up and a walk of that
-//! user's few keys alone, not of every key sharing its hash; past [`FEW`] keys a user's keys get
-//! a table of their own, found by fingerprint, so that no user's count of tokens makes an
-//! insert under the index's lock cost more. The token table holds one entry per key.
+//! one entry per key: the user's hash (the user at an endpoint) and the very key the store
+//! holds, two words, so that adding or dropping a key costs a look-up among that user's few
+//! entries; past [`FEW`] keys a user's keys get a table of their own, found by fingerprint, so
+//! that no user's count of tokens makes an insert under the index's lock cost more.
+//! Fingerprints are not kept for the few: a ban that takes a key from the token table too
+//! computes its fingerprint again. The token table holds one entry per key.
 //! A key is indexed once: one equal to a key indexed already (a token cached anew) takes its
 //! place. Rejections are not indexed: a revocation has nothing to take from them.
 //!
@@ -45,15 +46,16 @@ const SWEEP: usize = 2;
 /// A token's fingerprint, the key it finds, and the hash of the key's user.
 type TokenEntry = (u64, CacheKey, u64);
 
-/// A user's hash and the user's keys, each with its token's fingerprint. Most users hold one
-/// token at a time: theirs lives in the table itself, which saves a look-up a pointer away, and
-/// an allocation, for each.
-type UserEntry = (u64, SmallVec<[(CacheKey, u64); 1]>);
+/// A user's hash and one of the user's keys: a user of several keys has as many entries, under
+/// one hash. Two words, the least an entry can be: most users hold one token at a time, and
+/// every cached user pays for this table's slots.
+type UserEntry = (u64, CacheKey);
 
-/// Past this many keys, a user's keys leave its [`UserEntry`]'s list for a table of their own
+/// Past this many keys, a user's keys leave `by_user` for a table of their own
 /// ([`ManyEntry`]), found by fingerprint: an insert or a removal then costs a look-up, not a
-/// walk of the list. A player holds a token or two; a user with thousands (a bot, a load test,
-/// someone minting tokens to slow the index's lock for everyone) is the case this is for.
+/// walk of the user's entries. A player holds a token or two; a user with thousands (a bot, a
+/// load test, someone minting tokens to slow the index's lock for everyone) is the case this
+/// is for.
 const FEW: usize = 32;
 
 /// A user's hash and the user's keys, more than [`FEW`] of them, hashed by their fingerprint
@@ -133,7 +135,7 @@ impl Index {
         let by_user = self.user_hash(key.endpoint().key_hash(), user);
         let mut guard = self.lock();
         let tables = &mut *guard;
-        if tables.users.insert(by_user, key, token) {
+        if tables.users.insert(by_user, key, token, &fingerprint) {
             tables.user_keys += 1;
         }
         if let Some(by_token) = &mut tables.by_token {
@@ -144,46 +146,46 @@ impl Index {
     }
 
     /// Takes out of the index, and returns, the keys of `user` at the endpoint hashed
-    /// `endpoint` that `is` picks (it runs under the index's lock: it must not take it): the
-    /// caller drops them from the store.
+    /// `endpoint` that `is` picks; `fingerprint` gives a key's fingerprint, to take it out of
+    /// the token table too (both run under the index's lock: they must not take it). The
+    /// caller drops the keys from the store.
     pub(crate) fn take_user(
         &self,
         endpoint: u64,
         user: i64,
         is: impl Fn(&CacheKey) -> bool,
+        fingerprint: impl Fn(&CacheKey) -> u64,
     ) -> Vec<CacheKey> {
         let hash = self.user_hash(endpoint, user);
         let mut guard = self.lock();
         let tables = &mut *guard;
-        let mut taken = Vec::new();
-        let mut pick = |k: &CacheKey, token: u64| {
-            let take = is(k);
-            if take {
-                taken.push((k.clone(), token));
-            }
-            !take
-        };
         let users = &mut tables.users;
-        if let Ok(mut entry) = users.by_user.find_entry(hash, |(h, _)| *h == hash) {
+        let mut taken = Vec::new();
+        // A few entries at most: finding each from the start again is cheaper than a list.
+        while let Ok(entry) = users.by_user.find_entry(hash, |(h, k)| *h == hash && is(k)) {
+            let ((_, key), _) = entry.remove();
+            taken.push(key);
+        }
+        if let Ok(mut entry) = users.many.find_entry(hash, |(h, _)| *h == hash) {
             let keys = &mut entry.get_mut().1;
-            keys.retain(|(k, token)| pick(k, *token));
-            if keys.is_empty() {
-                entry.remove();
-            }
-        } else if let Ok(mut entry) = users.many.find_entry(hash, |(h, _)| *h == hash) {
-            let keys = &mut entry.get_mut().1;
-            keys.retain(|(k, token)| pick(k, *token));
+            keys.retain(|(k, _)| {
+                let take = is(k);
+                if take {
+                    taken.push(k.clone());
+                }
+                !take
+            });
             if keys.is_empty() {
                 entry.remove();
             }
         }
         tables.user_keys -= taken.len();
         if let Some(by_token) = &mut tables.by_token {
-            for (key, token) in &taken {
-                remove(by_token, *token, key);
+            for key in &taken {
+                remove(by_token, fingerprint(key), key);
             }
         }
-        taken.into_iter().map(|(k, _)| k).collect()
+        taken
     }
 
     /// Takes out of the index, and returns, the keys whose token fingerprint is `token` and
@@ -202,7 +204,7 @@ impl Index {
         let mut taken = SmallVec::new();
         while let Ok(entry) = by_token.find_entry(token, |(h, k, _)| *h == token && at(k)) {
             let ((_, key, user), _) = entry.remove();
-            if tables.users.remove(user, &key, || token).is_some() {
+            if tables.users.remove(user, &key, || token) {
                 tables.user_keys -= 1;
             }
             taken.push(key);
@@ -230,13 +232,13 @@ impl Index {
 
 impl Tables {
     /// Takes `key` out of the user hashed `user` and out of `by_token`; whether it was there.
-    fn forget(&mut self, key: &CacheKey, user: u64, token: impl FnOnce() -> u64) -> bool {
-        let Some(token) = self.users.remove(user, key, token) else {
+    fn forget(&mut self, key: &CacheKey, user: u64, token: impl Fn() -> u64) -> bool {
+        if !self.users.remove(user, key, &token) {
             return false;
-        };
+        }
         self.user_keys -= 1;
         if let Some(by_token) = &mut self.by_token {
-            remove(by_token, token, key);
+            remove(by_token, token(), key);
         }
         true
     }
@@ -267,8 +269,11 @@ impl Users {
     /// Whether `key` (this very key) is indexed under the user hashed `user`; `token` gives
     /// its fingerprint, asked only for a user of many keys.
     fn holds(&self, key: &CacheKey, user: u64, token: impl FnOnce() -> u64) -> bool {
-        if let Some((_, keys)) = self.by_user.find(user, |(h, _)| *h == user) {
-            return keys.iter().any(|(k, _)| k.same(key));
+        if (self.by_user)
+            .find(user, |(h, k)| *h == user && k.same(key))
+            .is_some()
+        {
+            return true;
         }
         let Some((_, keys)) = self.many.find(user, |(h, _)| *h == user) else {
             return false;
@@ -279,31 +284,19 @@ impl Users {
     }
 
     /// Adds `key`, of fingerprint `token`, to the user hashed `hash`, in place of an equal key
-    /// there already; whether the user has one key more. A user's list that grows past [`FEW`]
-    /// moves to `many`.
-    fn insert(&mut self, hash: u64, key: &CacheKey, token: u64) -> bool {
-        let absent = match self.by_user.find_entry(hash, |(h, _)| *h == hash) {
-            Ok(mut entry) => {
-                let keys = &mut entry.get_mut().1;
-                // The fingerprint first: comparing it is cheaper than following the key.
-                if let Some(equal) = keys.iter_mut().find(|(k, t)| *t == token && k == key) {
-                    *equal = (key.clone(), token);
-                    return false;
-                }
-                keys.push((key.clone(), token));
-                if keys.len() > FEW {
-                    let ((_, keys), _) = entry.remove();
-                    let mut many = HashTable::with_capacity(keys.len() * 2);
-                    for (k, t) in keys {
-                        many.insert_unique(t, (k, t), |(_, t)| *t);
-                    }
-                    self.many
-                        .insert_unique(hash, (hash, Box::new(many)), |(h, _)| *h);
-                }
-                return true;
-            }
-            Err(absent) => absent,
-        };
+    /// there already; whether the user has one key more. A user whose entries would pass
+    /// [`FEW`] moves to `many`, where `fingerprint` gives its other keys' fingerprints.
+    fn insert(
+        &mut self,
+        hash: u64,
+        key: &CacheKey,
+        token: u64,
+        fingerprint: impl Fn(&CacheKey) -> u64,
+    ) -> bool {
+        if let Some((_, equal)) = (self.by_user).find_mut(hash, |(h, k)| *h == hash && k == key) {
+            *equal = key.clone();
+            return false;
+        }
         if let Some((_, keys)) = self.many.find_mut(hash, |(h, _)| *h == hash) {
             return match keys.find_mut(token, |(k, t)| *t == token && k == key) {
                 Some(equal) => {
@@ -316,35 +309,44 @@ impl Users {
                 }
             };
         }
-        let keys = smallvec::smallvec![(key.clone(), token)];
-        (absent.into_table()).insert_unique(hash, (hash, keys), |(h, _)| *h);
+        let held = self.by_user.iter_hash(hash).filter(|(h, _)| *h == hash);
+        if held.take(FEW).count() < FEW {
+            self.by_user
+                .insert_unique(hash, (hash, key.clone()), |(h, _)| *h);
+            return true;
+        }
+        let mut many = HashTable::with_capacity(4 * FEW);
+        many.insert_unique(token, (key.clone(), token), |(_, t)| *t);
+        while let Ok(entry) = self.by_user.find_entry(hash, |(h, _)| *h == hash) {
+            let ((_, k), _) = entry.remove();
+            let t = fingerprint(&k);
+            many.insert_unique(t, (k, t), |(_, t)| *t);
+        }
+        (self.many).insert_unique(hash, (hash, Box::new(many)), |(h, _)| *h);
         true
     }
 
     /// Removes `key` (this very key) from the user hashed `hash`, and the user with its last
-    /// key; the key's fingerprint, or `None` when the user did not have it. `token` gives the
-    /// fingerprint, asked only for a user of many keys.
-    fn remove(&mut self, hash: u64, key: &CacheKey, token: impl FnOnce() -> u64) -> Option<u64> {
-        if let Ok(mut entry) = self.by_user.find_entry(hash, |(h, _)| *h == hash) {
-            let keys = &mut entry.get_mut().1;
-            let at = keys.iter().position(|(k, _)| k.same(key))?;
-            let (_, token) = keys.swap_remove(at);
-            if keys.is_empty() {
-                entry.remove();
-            }
-            return Some(token);
+    /// key; whether the user had it. `token` gives the key's fingerprint, asked only for a user
+    /// of many keys.
+    fn remove(&mut self, hash: u64, key: &CacheKey, token: impl FnOnce() -> u64) -> bool {
+        if let Ok(entry) = (self.by_user).find_entry(hash, |(h, k)| *h == hash && k.same(key)) {
+            entry.remove();
+            return true;
         }
         let Ok(mut entry) = self.many.find_entry(hash, |(h, _)| *h == hash) else {
-            return None;
+            return false;
         };
         let token = token();
         let keys = &mut entry.get_mut().1;
-        let found = keys.find_entry(token, |(k, t)| *t == token && k.same(key));
-        found.ok()?.remove();
+        let Ok(found) = keys.find_entry(token, |(k, t)| *t == token && k.same(key)) else {
+            return false;
+        };
+        found.remove();
         if keys.is_empty() {
             entry.remove();
         }
-        Some(token)
+        true
     }
 }
 
@@ -398,8 +400,12 @@ mod tests {
         let hash = index.user_hash(endpoint.key_hash(), user);
         let tables = index.lock();
         let users = &tables.users;
-        if let Some((_, keys)) = users.by_user.find(hash, |(h, _)| *h == hash) {
-            return keys.iter().map(|(k, _)| k.clone()).collect();
+        let few: Vec<CacheKey> = (users.by_user.iter_hash(hash))
+            .filter(|(h, _)| *h == hash)
+            .map(|(_, k)| k.clone())
+            .collect();
+        if !few.is_empty() {
+            return few;
         }
         let found = users.many.find(hash, |(h, _)| *h == hash);
         found.map_or_else(Vec::new, |(_, keys)| {
@@ -418,7 +424,7 @@ mod tests {
     fn a_users_keys_are_found_by_user_and_a_token_by_fingerprint() {
         let (a, b) = (endpoint("https://a.example"), endpoint("https://b.example"));
         let index = Index::new(true);
-        let (k1, k2, k3) = (key(&a, "t1"), key(&a, "t2"), key(&b, "t3"));
+        let (k1, k2, k3) = (key(&a, "t101"), key(&a, "t102"), key(&b, "t103"));
         index.insert(&k1, 7, 101, all, fp);
         index.insert(&k2, 7, 102, all, fp);
         index.insert(&k3, 7, 103, all, fp);
@@ -434,7 +440,7 @@ mod tests {
         assert!(index.take_token(102, at_a).is_empty(), "taken once");
         assert_eq!(keys_of(&index, &a, 7).len(), 1);
         assert!(index.take_token(103, at_a).is_empty(), "k3 is at b");
-        let taken = index.take_user(a.key_hash(), 7, |k| k.same(&k1));
+        let taken = index.take_user(a.key_hash(), 7, |k| k.same(&k1), fp);
         assert!(taken.len() == 1 && taken[0].same(&k1));
         assert_eq!(index.len(), 1, "only k3 left");
         assert!(
@@ -447,7 +453,7 @@ mod tests {
     fn a_token_cached_anew_takes_its_old_keys_place() {
         let a = endpoint("https://a.example");
         let index = Index::new(true);
-        let (old, new) = (key(&a, "t1"), key(&a, "t1"));
+        let (old, new) = (key(&a, "t101"), key(&a, "t101"));
         index.insert(&old, 7, 101, all, fp);
         index.insert(&new, 7, 101, all, fp);
         assert_eq!(index.len(), 1);
@@ -455,7 +461,7 @@ mod tests {
         assert!(found.len() == 1 && found[0].same(&new));
         // Taking the old key (as a sweep or revocation that saw it would) leaves the new one.
         assert!(index
-            .take_user(a.key_hash(), 7, |k| k.same(&old))
+            .take_user(a.key_hash(), 7, |k| k.same(&old), fp)
             .is_empty());
         assert_eq!(index.len(), 1);
         let taken = index.take_token(101, all);
@@ -472,16 +478,16 @@ mod tests {
         for (i, k) in keys.iter().enumerate() {
             index.insert(k, 7, i as u64, all, fp);
         }
-        index.insert(&key(&b, "elsewhere"), 7, 5000, all, fp);
+        index.insert(&key(&b, "t5000"), 7, 5000, all, fp);
         assert_eq!(index.len(), 4097);
         assert!(has_many(&index, &a, 7) && !has_many(&index, &b, 7));
         for (i, k) in keys.iter().enumerate().step_by(2) {
-            assert_eq!(index.take_user(a.key_hash(), 7, |o| o.same(k)).len(), 1);
+            assert_eq!(index.take_user(a.key_hash(), 7, |o| o.same(k), fp).len(), 1);
             assert!(index.take_token(i as u64, all).is_empty());
         }
         assert_eq!(index.len(), 2049);
         let at_a = |k: &CacheKey| k.is_at(&a);
-        let taken = index.take_user(a.key_hash(), 7, at_a);
+        let taken = index.take_user(a.key_hash(), 7, at_a, fp);
         assert_eq!(taken.len(), 2048);
         assert!(taken
             .iter()
@@ -491,7 +497,7 @@ mod tests {
             index.take_token(1, all).is_empty(),
             "taken from both tables"
         );
-        assert_eq!(index.take_user(b.key_hash(), 7, all).len(), 1);
+        assert_eq!(index.take_user(b.key_hash(), 7, all, fp).len(), 1);
         let tables = index.lock();
         assert!(
             tables.users.by_user.is_empty() && tables.users.many.is_empty(),
@@ -545,10 +551,10 @@ mod tests {
         assert_eq!(index.len(), FEW + 1, "in place of the equal key");
         let found = keys_of(&index, &a, 7);
         assert!(found.iter().any(|k| k.same(&again)) && !found.iter().any(|k| k.same(&keys[3])));
-        let taken = index.take_user(a.key_hash(), 7, |k| k.same(&keys[0]) || k.same(&again));
+        let taken = index.take_user(a.key_hash(), 7, |k| k.same(&keys[0]) || k.same(&again), fp);
         assert_eq!(taken.len(), 2);
         assert_eq!(index.len(), FEW - 1);
-        assert_eq!(index.take_user(a.key_hash(), 7, all).len(), FEW - 1);
+        assert_eq!(index.take_user(a.key_hash(), 7, all, fp).len(), FEW - 1);
         assert!(!has_many(&index, &a, 7), "the user went with its last key");
     }
 
@@ -589,7 +595,7 @@ mod tests {
     fn without_a_shared_tier_tokens_are_not_indexed() {
         let a = endpoint("https://a.example");
         let index = Index::new(false);
-        index.insert(&key(&a, "t1"), 7, 101, all, fp);
+        index.insert(&key(&a, "t101"), 7, 101, all, fp);
         assert!(!index.by_token());
         assert!(index.take_token(101, all).is_empty());
         assert_eq!(keys_of(&index, &a, 7).len(), 1);

@@ -169,9 +169,8 @@ impl Local {
         self.store.insert(key.clone(), cached);
         if let Some((user, fingerprint)) = user {
             let held = |key: &CacheKey| self.store.holds_user(key as &dyn KeyView);
-            let fingerprint_of = |key: &CacheKey| (self.fingerprint)(key.endpoint(), key.token());
-            self.index
-                .insert(&key, user.id, fingerprint, held, fingerprint_of);
+            let fingerprint_of = |key: &CacheKey| self.key_fingerprint(key);
+            (self.index).insert(&key, user.id, fingerprint, held, fingerprint_of);
         }
         // A revocation between the check and the index may have looked for the entry before it
         // was there: look again, and take the entry back if one came.
@@ -235,7 +234,8 @@ impl Local {
                     user,
                 }));
                 let at = |key: &CacheKey| key.is_at(endpoint);
-                for key in self.index.take_user(endpoint.key_hash(), user, at) {
+                let fingerprint = |key: &CacheKey| self.key_fingerprint(key);
+                for key in (self.index).take_user(endpoint.key_hash(), user, at, fingerprint) {
                     self.store.invalidate_user(&key as &dyn KeyView);
                 }
             }
@@ -253,7 +253,8 @@ impl Local {
                     key.is_at(endpoint)
                         && (self.store.user(key)).is_none_or(|u| u.session() == Some(session))
                 };
-                for key in self.index.take_user(endpoint.key_hash(), user, is) {
+                let fingerprint = |key: &CacheKey| self.key_fingerprint(key);
+                for key in (self.index).take_user(endpoint.key_hash(), user, is, fingerprint) {
                     self.store.invalidate_user(&key as &dyn KeyView);
                 }
             }
@@ -304,6 +305,11 @@ impl Local {
     }
 
     /// Entries in the store, once moka has applied what is pending.
+    /// The fingerprint of `key`'s token at its endpoint.
+    fn key_fingerprint(&self, key: &CacheKey) -> u64 {
+        (self.fingerprint)(key.endpoint(), key.token())
+    }
+
     pub(super) fn entries(&self) -> u64 {
         self.store.run_pending_tasks();
         self.store.entry_count()
