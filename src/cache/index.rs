@@ -177,6 +177,8 @@ impl Index {
             });
             if keys.is_empty() {
                 entry.remove();
+            } else if keys.len() * 4 < keys.capacity() {
+                keys.shrink_to(keys.len() * 2, |(_, t)| *t);
             }
         }
         tables.user_keys -= taken.len();
@@ -345,6 +347,9 @@ impl Users {
         found.remove();
         if keys.is_empty() {
             entry.remove();
+        } else if keys.len() * 4 < keys.capacity() {
+            // A user who held thousands of tokens once does not keep their room for ever.
+            keys.shrink_to(keys.len() * 2, |(_, t)| *t);
         }
         true
     }
@@ -582,6 +587,7 @@ mod tests {
             );
         }
         assert!(has_many(&index, &a, 7));
+        let before = index.len();
         for (i, k) in every.iter().enumerate().rev().take(100) {
             let found = index.take_token(i as u64, all);
             assert!(
@@ -589,6 +595,7 @@ mod tests {
                 "a held key is never forgotten"
             );
         }
+        assert_eq!(before - index.len(), 100, "taken from the user's table too");
     }
 
     #[test]

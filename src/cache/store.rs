@@ -1,6 +1,6 @@
 //! The local tier's storage: entries that are a user or a rejection, in two moka caches of one
-//! time to live each, which share the one bound `max_cache_entries` sets. Keys and their hashing are `key`'s; what to cache and
-//! for how long is decided by the resolver; which concurrent look-ups share one call is the
+//! time to live each, which share the one bound `max_cache_entries` sets. Keys and their
+//! hashing are `key`'s; what to cache and for how long is decided by the resolver; which concurrent look-ups share one call is the
 //! resolver's `flight`'s business.
 
 use std::sync::Arc;
@@ -62,7 +62,7 @@ fn at_least(ttl: Duration) -> Duration {
     ttl.max(Duration::from_millis(1))
 }
 
-/// One of the three caches: at most `capacity` entries, each kept `ttl`. No eviction
+/// One of the two caches: at most `capacity` entries, each kept `ttl`. No eviction
 /// listener: the index keeps itself (see `index`), and a listener would make moka lock every
 /// key it removes.
 fn moka_cache<V>(capacity: u64, ttl: Duration) -> moka::sync::Cache<CacheKey, V, KeyHasher>
@@ -97,7 +97,9 @@ impl Store {
         negative_ttl: Duration,
         stale_for: Duration,
     ) -> Store {
-        let rejections = capacity / REJECTIONS_SHARE;
+        // At least one rejection when the bound has room for a user beside it: a bound under
+        // eight would otherwise leave the negative cache no room at all.
+        let rejections = (capacity / REJECTIONS_SHARE).max(u64::from(capacity >= 2));
         Store {
             users: moka_cache(capacity - rejections, cache_ttl.saturating_add(stale_for)),
             rejections: moka_cache(rejections, negative_ttl),
@@ -423,6 +425,29 @@ mod tests {
         stale.insert(k("full"), &user(1, Duration::from_secs(60)));
         assert_eq!(held_in(&stale, &k("full")), ["timed"]);
         assert_eq!(fresh_id(at_a(&stale, "full")), Some(1));
+    }
+
+    #[test]
+    fn a_lasting_user_hands_back_its_tokens_expiry() {
+        // An answer fresh for the whole time to live whose token expires later still needs no
+        // deadline, but a session that holds it needs the expiry.
+        let cache = cache(Duration::ZERO);
+        let k = key("https://a.example", "tok");
+        let exp = Expiry::from_unix_seconds(4_000_000_000);
+        let user = Arc::new(User {
+            id: 1,
+            name: "u1".to_owned(),
+            extra: Default::default(),
+        });
+        cache.insert(
+            k.clone(),
+            &Cached::user(Resolution::new(user, Some(exp)), Duration::from_secs(60)),
+        );
+        assert_eq!(held_in(&cache, &k), ["lasting"]);
+        match at_a(&cache, "tok") {
+            Lookup::Fresh(Verdict::User(found)) => assert_eq!(found.expires_at(), Some(exp)),
+            _ => panic!("the user is fresh"),
+        }
     }
 
     #[test]

@@ -196,12 +196,12 @@ impl Resolver {
     /// [`ResolveError::TokenMissing`] when the request has no token or an empty one; otherwise
     /// as [`resolve`](Self::resolve).
     pub async fn resolve_connect(&self, req: &ConnectRequest) -> Result<Identity, ResolveError> {
-        let identity = self.resolve_connect_in_full(req).await?;
-        Ok(identity.map(Resolution::into_user))
+        Ok(self.resolve_connect_in_full(req).await?.into())
     }
 
     /// [`resolve_connect`](Self::resolve_connect), with what the answer says of itself (see
-    /// [`resolve_in_full`](Self::resolve_in_full)).
+    /// [`resolve_in_full`](Self::resolve_in_full)); `None` where that is
+    /// [`Identity::Anonymous`] (auth switched off).
     ///
     /// # Errors
     ///
@@ -209,7 +209,7 @@ impl Resolver {
     pub async fn resolve_connect_in_full(
         &self,
         req: &ConnectRequest,
-    ) -> Result<Identity<Resolution>, ResolveError> {
+    ) -> Result<Option<Resolution>, ResolveError> {
         self.resolve_identity(Target::Default, None, req.access_token.as_deref())
             .await
     }
@@ -225,12 +225,12 @@ impl Resolver {
     /// [`ResolveError::TokenMissing`] when the request has no token or an empty one; otherwise
     /// as [`resolve`](Self::resolve).
     pub async fn resolve_join(&self, req: &JoinRequest) -> Result<Identity, ResolveError> {
-        let identity = self.resolve_join_in_full(req).await?;
-        Ok(identity.map(Resolution::into_user))
+        Ok(self.resolve_join_in_full(req).await?.into())
     }
 
     /// [`resolve_join`](Self::resolve_join), with what the answer says of itself (see
-    /// [`resolve_in_full`](Self::resolve_in_full)).
+    /// [`resolve_in_full`](Self::resolve_in_full)); `None` where that is
+    /// [`Identity::Anonymous`] (auth switched off).
     ///
     /// # Errors
     ///
@@ -238,7 +238,7 @@ impl Resolver {
     pub async fn resolve_join_in_full(
         &self,
         req: &JoinRequest,
-    ) -> Result<Identity<Resolution>, ResolveError> {
+    ) -> Result<Option<Resolution>, ResolveError> {
         let target = match req.auth_url.as_str() {
             "" => Target::Default,
             url => Target::Url(url),
@@ -254,18 +254,16 @@ impl Resolver {
         target: Target<'_>,
         room: Option<&str>,
         token: Option<&str>,
-    ) -> Result<Identity<Resolution>, ResolveError> {
+    ) -> Result<Option<Resolution>, ResolveError> {
         if !self.inner.auth_required {
-            return Ok(Identity::Anonymous);
+            return Ok(None);
         }
         let token = token.unwrap_or_default();
         let seen = match self.hit(target, token) {
-            Ok(user) => return Ok(Identity::Authenticated(user)),
+            Ok(user) => return Ok(Some(user)),
             Err(seen) => seen,
         };
-        self.resolve_slow(target, room, token, seen)
-            .await
-            .map(Identity::Authenticated)
+        self.resolve_slow(target, room, token, seen).await.map(Some)
     }
 
     /// The identity behind an HTTP request's bearer token, for the axum integration: at
@@ -284,10 +282,10 @@ impl Resolver {
         }
         let target = auth_url.map_or(Target::Default, Target::Url);
         match token {
-            Ok(token) => {
-                let identity = self.resolve_identity(target, None, Some(token)).await?;
-                Ok(identity.map(Resolution::into_user))
-            }
+            Ok(token) => Ok(self
+                .resolve_identity(target, None, Some(token))
+                .await?
+                .into()),
             Err(error) => {
                 self.inner.resolutions.count(error.code().as_str());
                 Err(error)
@@ -352,6 +350,7 @@ impl Resolver {
         token: &str,
         seen: Seen<'_>,
     ) -> Result<Resolution, ResolveError> {
+        let room = room.map(shown_room);
         let span = tracing::debug_span!(
             "resolve",
             room,
@@ -508,6 +507,16 @@ impl Resolver {
     }
 }
 
+/// A room id as a span shows it: its first 64 bytes at most (cut at a character), so that a
+/// client that names a room of its own cannot fill the logs through it.
+fn shown_room(room: &str) -> &str {
+    let mut end = room.len().min(64);
+    while !room.is_char_boundary(end) {
+        end -= 1;
+    }
+    &room[..end]
+}
+
 /// The error for a resolution at the default authUrl when none is configured.
 fn no_default_auth_url() -> ResolveError {
     ResolveError::auth_url_not_allowed("no authUrl was given and no default_auth_url is configured")
@@ -529,6 +538,20 @@ impl fmt::Debug for Resolver {
 mod tests {
     use super::*;
     use crate::error::ErrorCode;
+
+    #[test]
+    fn a_room_is_shown_cut_to_64_bytes_at_a_character() {
+        assert_eq!(shown_room("lobby"), "lobby");
+        let long = "é".repeat(40);
+        let shown = shown_room(&long);
+        assert_eq!(shown.len(), 64);
+        assert!(long.starts_with(shown));
+        assert_eq!(
+            shown_room(&format!("a{long}")).len(),
+            63,
+            "not inside a character"
+        );
+    }
 
     #[tokio::test]
     async fn auth_switched_off_is_anonymous_without_a_token() {

@@ -23,7 +23,8 @@ pub struct ConnectRequest {
 /// A plain struct: write `JoinRequest { room_id, auth_url, access_token, ..Default::default() }`.
 #[derive(Clone, Default)]
 pub struct JoinRequest {
-    /// The room being joined; the resolution's span (`resolve`, at DEBUG) names it as `room`.
+    /// The room being joined; the resolution's span (`resolve`, at DEBUG) names it as `room`
+    /// (its first 64 bytes).
     pub room_id: String,
     /// The room's authUrl as the client sent it (`RoomJoinArgs.authUrl`); empty when the room
     /// has none, which means the default authUrl.
@@ -55,26 +56,13 @@ impl fmt::Debug for JoinRequest {
     }
 }
 
-/// Who is behind a connect or a join: the user (`Identity`, as
-/// [`resolve_join`](crate::Resolver::resolve_join) answers), or the user with what its answer
-/// says of itself (`Identity<Resolution>`, as
-/// [`resolve_join_in_full`](crate::Resolver::resolve_join_in_full) answers).
+/// Who is behind a connect or a join.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Identity<U = Arc<User>> {
+pub enum Identity {
     /// The auth API vouched for this user.
-    Authenticated(U),
+    Authenticated(Arc<User>),
     /// Auth is switched off (`auth_required(false)`): no token was checked.
     Anonymous,
-}
-
-impl<U> Identity<U> {
-    /// `f` applied to what an authenticated identity holds; anonymous stays anonymous.
-    pub fn map<V>(self, f: impl FnOnce(U) -> V) -> Identity<V> {
-        match self {
-            Identity::Authenticated(held) => Identity::Authenticated(f(held)),
-            Identity::Anonymous => Identity::Anonymous,
-        }
-    }
 }
 
 impl Identity {
@@ -87,18 +75,13 @@ impl Identity {
     }
 }
 
-impl Identity<Resolution> {
-    /// The resolution, when authenticated.
-    pub fn resolution(&self) -> Option<&Resolution> {
-        match self {
-            Identity::Authenticated(resolution) => Some(resolution),
-            Identity::Anonymous => None,
-        }
-    }
-
-    /// The user, when authenticated.
-    pub fn user(&self) -> Option<&Arc<User>> {
-        self.resolution().map(Resolution::user)
+impl From<Option<Resolution>> for Identity {
+    /// The identity a resolution in full stands for: `None` (auth switched off) is
+    /// [`Identity::Anonymous`].
+    fn from(resolution: Option<Resolution>) -> Identity {
+        resolution.map_or(Identity::Anonymous, |r| {
+            Identity::Authenticated(r.into_user())
+        })
     }
 }
 

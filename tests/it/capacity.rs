@@ -73,3 +73,23 @@ async fn users_rejections_and_stale_users_together_stay_within_max_cache_entries
     .await;
     assert!(resolver.stats().entries > 0, "the resolver still caches");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_rejected_tokens_evicts_no_cached_user() {
+    // The users fit in their share of the bound; then a flood of bad tokens, three times the
+    // bound, fills the rejections' share over and over. Every user is still answered from the
+    // cache: the flood never took their room.
+    let api = upstream().await;
+    let url = api.url();
+    let resolver = resolver_for(&url)
+        .max_cache_entries(BOUND)
+        .negative_cache_ttl(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let players: Vec<String> = (0..BOUND / 2).map(|i| format!("ok{i}")).collect();
+    fill(&resolver, &url, players.iter().cloned()).await;
+    fill(&resolver, &url, (0..3 * BOUND).map(|i| format!("no{i}"))).await;
+    let calls = api.requests();
+    fill(&resolver, &url, players.iter().cloned()).await;
+    assert_eq!(api.requests(), calls, "every player was still cached");
+}

@@ -85,7 +85,7 @@ pub(super) async fn handle(
             };
             match shared.resolver.resolve_connect_in_full(&req).await {
                 Ok(identity) => {
-                    let user_id = identity.user().map(|u| u.id);
+                    let user_id = identity.as_ref().map(|u| u.id);
                     tracing::info!(
                         connection,
                         request = "connect",
@@ -100,11 +100,11 @@ pub(super) async fn handle(
                             Purpose::Connect,
                             endpoint.as_str(),
                             access_token,
-                            &identity,
+                            identity.as_ref(),
                         );
                     }
                     Reply::admitted(encode(&ServerMessage::Connected {
-                        user: player_of(&identity),
+                        user: player_of(identity.as_ref()),
                     }))
                 }
                 Err(e) => resolve_refusal(shared, caller, "connect", &e).into(),
@@ -132,9 +132,9 @@ fn hold(
     purpose: Purpose,
     endpoint: &str,
     token: Option<String>,
-    identity: &Identity<Resolution>,
+    resolution: Option<&Resolution>,
 ) {
-    let (Some(user), Some(token)) = (identity.resolution(), token) else {
+    let (Some(user), Some(token)) = (resolution, token) else {
         return;
     };
     let (Ok(token), Some(fingerprint)) = (
@@ -186,7 +186,7 @@ async fn join(
     };
     match shared.resolver.resolve_join_in_full(&req).await {
         Ok(identity) => {
-            let user_id = identity.user().map(|u| u.id);
+            let user_id = identity.as_ref().map(|u| u.id);
             tracing::info!(connection, request = "join", room = %room.id, outcome = "ok", user_id, "joined");
             let endpoint = room
                 .endpoint
@@ -199,11 +199,11 @@ async fn join(
                     Purpose::Join,
                     endpoint,
                     access_token,
-                    &identity,
+                    identity.as_ref(),
                 );
             }
-            let user = player_of(&identity);
-            shared.enter(connection, &room.id, identity.map(Resolution::into_user));
+            let user = player_of(identity.as_ref());
+            shared.enter(connection, &room.id, Identity::from(identity));
             Reply::admitted(encode(&ServerMessage::Joined {
                 room_id: room.id.clone(),
                 user,
@@ -266,14 +266,13 @@ async fn refresh(
         name: user.name.clone(),
     });
     for (purpose, endpoint, user) in refreshed {
-        let identity = Identity::Authenticated(user);
         hold(
             shared,
             holdings,
             purpose,
             &endpoint,
             Some(token.clone()),
-            &identity,
+            Some(&user),
         );
     }
     tracing::info!(connection, request = "refresh", outcome = "ok", "refreshed");

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use token_resolver::{ErrorCode, Identity, Resolution};
+use token_resolver::{ErrorCode, Resolution};
 use token_resolver_player::protocol::ServerMessage;
 use token_resolver_player::Player;
 
@@ -75,8 +75,8 @@ fn known_code(code: &str) -> Option<&'static str> {
 const MAX_ECHOED_ERROR_CHARS: usize = 200;
 
 /// A user as the answers show it, `None` when auth is off.
-pub(super) fn player_of(identity: &Identity<Resolution>) -> Option<Player> {
-    identity.user().map(|u| Player {
+pub(super) fn player_of(resolution: Option<&Resolution>) -> Option<Player> {
+    resolution.map(|u| Player {
         id: u.id,
         name: u.name.clone(),
     })

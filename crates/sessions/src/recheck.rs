@@ -5,7 +5,7 @@
 //! Only an answer counts. A token the API now rejects, or that names another user, makes the
 //! session fall; an API that cannot be asked (`overloaded`, `auth_timeout`,
 //! `auth_unavailable`) says nothing, and neither does the resolver's stale answer (with
-//! `serve_stale_for`, [`User::stale`](token_resolver::User::stale): what the API said before it
+//! `serve_stale_for`, [`Resolution::is_stale`](token_resolver::Resolution::is_stale): what the API said before it
 //! became unreachable, not that the token still stands), so the check is tried again, with a
 //! growing pause, until an answer comes. How long a session may stay meanwhile is the server's
 //! setting (`unverified grace`): by default as long as the outage lasts, so that an

@@ -166,11 +166,8 @@ impl Node {
         let request = ConnectRequest {
             access_token: Some(token),
         };
-        let identity = self.resolver.resolve_connect_in_full(&request).await?;
-        identity
-            .resolution()
-            .cloned()
-            .ok_or(ResolveError::TokenMissing)
+        let resolution = self.resolver.resolve_connect_in_full(&request).await?;
+        resolution.ok_or(ResolveError::TokenMissing)
     }
 }
 

@@ -205,7 +205,7 @@ impl Value {
         }
     }
 
-    /// The user, as the resolver holds a lasting one; `None` for a rejection.
+    /// The user alone, as a bare cache holds it; `None` for a rejection.
     pub fn user_alone(&self) -> Option<Arc<User>> {
         match self {
             Value::User { user, .. } => Some(user.clone()),
@@ -237,7 +237,8 @@ pub type KeyHasher = foldhash::fast::RandomState;
 
 /// A bare moka cache configured as the resolver configures its users' cache: capacity, one
 /// time to live, the same hasher. The resolver's users fresh for the whole time to live are
-/// kept as `Arc<User>` alone (a lasting user); `Value` is shaped like its other entries.
+/// kept as the `Arc<User>` and their token's expiry (two words); `Value` is shaped like its
+/// other entries.
 pub fn moka_cache<V>(capacity: u64) -> moka::sync::Cache<Key, V, KeyHasher>
 where
     V: Clone + Send + Sync + 'static,
