@@ -510,21 +510,24 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_sweep_forgets_what_the_store_dropped_on_its_own_and_keeps_what_it_holds() {
-        let a = endpoint("https://a.example");
-        let index = Index::new(true);
-        // A store of 100 keys that drops its oldest as each new one comes.
+    /// Indexes 10,000 keys at `a` (`t0`, `t1`, ...), the `i`th for user `user_of(i)`, beside a
+    /// store of 100 that drops its oldest as each new one comes, checking after each insert
+    /// that the index keeps within three times what the store holds; every key, in order.
+    fn sweep_beside_a_store_of_100(
+        index: &Index,
+        a: &Arc<Endpoint>,
+        user_of: impl Fn(u64) -> i64,
+    ) -> Vec<CacheKey> {
         let mut held: VecDeque<CacheKey> = VecDeque::new();
         let mut every: Vec<CacheKey> = Vec::new();
         for i in 0..10_000u64 {
-            let k = key(&a, &format!("t{i}"));
+            let k = key(a, &format!("t{i}"));
             held.push_back(k.clone());
             if held.len() > 100 {
                 held.pop_front();
             }
             let now: HashSet<usize> = held.iter().map(CacheKey::id).collect();
-            index.insert(&k, i as i64 % 50, i, |k| now.contains(&k.id()), fp);
+            index.insert(&k, user_of(i), i, |k| now.contains(&k.id()), fp);
             every.push(k);
             assert!(
                 index.len() <= 300,
@@ -532,6 +535,14 @@ mod tests {
                 index.len()
             );
         }
+        every
+    }
+
+    #[test]
+    fn the_sweep_forgets_what_the_store_dropped_on_its_own_and_keeps_what_it_holds() {
+        let a = endpoint("https://a.example");
+        let index = Index::new(true);
+        let every = sweep_beside_a_store_of_100(&index, &a, |i| i as i64 % 50);
         for (i, k) in every.iter().enumerate().rev().take(100) {
             let found = index.take_token(i as u64, all);
             assert!(
@@ -569,23 +580,7 @@ mod tests {
         // the dropped ones by fingerprint, and never forgets a held one.
         let a = endpoint("https://a.example");
         let index = Index::new(true);
-        let mut held: VecDeque<CacheKey> = VecDeque::new();
-        let mut every: Vec<CacheKey> = Vec::new();
-        for i in 0..10_000u64 {
-            let k = key(&a, &format!("t{i}"));
-            held.push_back(k.clone());
-            if held.len() > 100 {
-                held.pop_front();
-            }
-            let now: HashSet<usize> = held.iter().map(CacheKey::id).collect();
-            index.insert(&k, 7, i, |k| now.contains(&k.id()), fp);
-            every.push(k);
-            assert!(
-                index.len() <= 300,
-                "{} keys indexed for 100 held",
-                index.len()
-            );
-        }
+        let every = sweep_beside_a_store_of_100(&index, &a, |_| 7);
         assert!(has_many(&index, &a, 7));
         let before = index.len();
         for (i, k) in every.iter().enumerate().rev().take(100) {

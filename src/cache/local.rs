@@ -304,12 +304,12 @@ impl Local {
         self.revocations.subscribe_dated()
     }
 
-    /// Entries in the store, once moka has applied what is pending.
     /// The fingerprint of `key`'s token at its endpoint.
     fn key_fingerprint(&self, key: &CacheKey) -> u64 {
         (self.fingerprint)(key.endpoint(), key.token())
     }
 
+    /// Entries in the store, once moka has applied what is pending.
     pub(super) fn entries(&self) -> u64 {
         self.store.run_pending_tasks();
         self.store.entry_count()
