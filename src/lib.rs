@@ -43,6 +43,9 @@
 //! - `error`: [`ResolveError`], one variant per [`ErrorCode`], each with the [`ErrorContext`]
 //!   it is asked about; [`ConfigError`].
 //! - [`telemetry`]: the metric names this crate records.
+//! - [`trace`] (feature `opentelemetry`): W3C trace context across the call to `/api/user`:
+//!   each call carries its span's `traceparent`, and [`trace::continue_trace`] continues the
+//!   trace a request brings.
 //! - [`axum`] (feature `axum`): for an embedder's own HTTP API, the
 //!   [`Authenticated`](axum::Authenticated) and [`AuthIdentity`](axum::AuthIdentity)
 //!   extractors, [`AuthLayer`](axum::AuthLayer), a tower layer that resolves before the inner
@@ -58,6 +61,8 @@
 //!
 //! - `redis`: the shared cache tier ([`RedisTier`]), with TLS (rustls), Sentinel and Cluster.
 //! - `axum`: the axum/tower integration above (axum, and tower's layer and service traits).
+//! - `opentelemetry`: trace context propagation ([`trace`]), with the OpenTelemetry API crate
+//!   only; the program that exports spans brings the SDK and its exporter.
 //!
 //! With neither, the crate pulls in no HTTP server, argument parser or web framework: its
 //! dependencies are reqwest, tokio, moka, serde, tracing, metrics and what they need.
@@ -99,6 +104,9 @@ mod error;
 mod resolver;
 pub mod telemetry;
 mod token;
+#[cfg(feature = "opentelemetry")]
+#[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
+pub mod trace;
 mod upstream;
 mod user;
 

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use ::axum::extract::{FromRef, FromRequestParts, OptionalFromRequestParts};
 use ::axum::http::request::Parts;
 
-use super::header::bearer_token;
 use super::rejection::AuthRejection;
 use crate::error::{ErrorCode, ResolveError};
 use crate::resolver::{Identity, Resolver};
@@ -128,9 +127,7 @@ where
         return Ok(identity.clone());
     }
     let resolver = Resolver::from_ref(state);
-    let identity = resolver
-        .resolve_bearer(None, bearer_token(&parts.headers))
-        .await?;
+    let identity = resolver.resolve_bearer(None, &parts.headers).await?;
     parts.extensions.insert(identity.clone());
     Ok(identity)
 }

@@ -14,7 +14,6 @@ use ::axum::response::{IntoResponse, Response};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::header::bearer_token;
 use super::rejection::AuthRejection;
 use crate::resolver::Resolver;
 
@@ -128,7 +127,7 @@ where
         let AuthLayer { resolver, auth_url } = self.layer.clone();
         Box::pin(async move {
             let resolved = resolver
-                .resolve_bearer(auth_url.as_deref(), bearer_token(request.headers()))
+                .resolve_bearer(auth_url.as_deref(), request.headers())
                 .await;
             match resolved {
                 Ok(identity) => {

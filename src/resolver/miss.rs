@@ -32,11 +32,12 @@ impl Resolver {
         // after it. Twice in a row and the token is refused.
         let mut result = Err(ResolveError::revoked(endpoint.shared_host()));
         let mut ran = false;
+        let mut from_shared = false;
         // Where the revocations stood when the first call began: a stale answer is checked
         // against it (and the caller's own look-up happened before).
         let mut first: Option<Mark> = None;
         for _ in 0..2 {
-            let ((answer, since), led) = inner
+            let ((answer, since, tier), led) = inner
                 .flights
                 .run(
                     key,
@@ -45,6 +46,7 @@ impl Resolver {
                 )
                 .await;
             ran |= led;
+            from_shared = led && tier == Tier::Shared;
             first.get_or_insert(since);
             match answer {
                 Ok(Verdict::User(user))
@@ -60,7 +62,11 @@ impl Resolver {
         }
         let outcome = if ran {
             inner.counters.bump(Counter::Misses);
-            CacheOutcome::Miss
+            if from_shared {
+                CacheOutcome::Shared
+            } else {
+                CacheOutcome::Miss
+            }
         } else {
             inner.counters.bump(Counter::Coalesced);
             CacheOutcome::Coalesced
@@ -135,9 +141,10 @@ impl Resolver {
     /// The upstream call for one key, run once per flight, and where the revocations stood
     /// when it began: another flight's answer if one just landed, else the shared tier's, else
     /// the API's; whatever the API answers is stored.
-    async fn fetch(&self, endpoint: &Arc<Endpoint>, key: &KeyRef<'_>) -> (Fetched, Mark) {
+    async fn fetch(&self, endpoint: &Arc<Endpoint>, key: &KeyRef<'_>) -> (Fetched, Mark, Tier) {
         let since = self.inner.cache.mark();
-        (self.fetch_since(endpoint, key, since).await, since)
+        let (fetched, tier) = self.fetch_since(endpoint, key, since).await;
+        (fetched, since, tier)
     }
 
     /// [`fetch`](Self::fetch) once it has taken its mark.
@@ -146,10 +153,10 @@ impl Resolver {
         endpoint: &Arc<Endpoint>,
         key: &KeyRef<'_>,
         since: Mark,
-    ) -> Fetched {
+    ) -> (Fetched, Tier) {
         let inner = &*self.inner;
         if let Some(verdict) = inner.cache.recheck(key) {
-            return Ok(verdict);
+            return (Ok(verdict), Tier::Local);
         }
         if let Some(cached) = inner
             .cache
@@ -158,7 +165,7 @@ impl Resolver {
             })
             .await
         {
-            return Ok(cached.verdict());
+            return (Ok(cached.verdict()), Tier::Shared);
         }
         let on_request = |usable: bool| {
             inner.counters.bump(Counter::UpstreamCalls);
@@ -166,19 +173,30 @@ impl Resolver {
                 inner.counters.bump(Counter::UpstreamErrors);
             }
         };
-        let cached = match inner
-            .upstream
-            .call(endpoint, key.token, &on_request)
-            .await?
-        {
+        let reply = match inner.upstream.call(endpoint, key.token, &on_request).await {
+            Ok(reply) => reply,
+            Err(error) => return (Err(error), Tier::Api),
+        };
+        let cached = match reply {
             Reply::User { user, freshness } => {
                 inner.until_expiry(user, key.token, freshness.ttl(inner.cache_ttl))
             }
             Reply::Rejected { status } => Cached::rejected(status, inner.negative_cache_ttl),
         };
         inner.cache.store(endpoint, key.token, &cached, since);
-        Ok(cached.verdict())
+        (Ok(cached.verdict()), Tier::Api)
     }
+}
+
+/// Where a flight's answer came from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Tier {
+    /// The local cache, filled by another flight since the caller looked.
+    Local,
+    /// The shared tier (feature `redis`).
+    Shared,
+    /// The integrator's API.
+    Api,
 }
 
 /// What one flight's call found: the answer, or why there is none.

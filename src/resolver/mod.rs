@@ -36,7 +36,7 @@ use tracing::{Instrument, Span};
 
 pub use self::builder::ResolverBuilder;
 use self::flight::Flights;
-use self::miss::Fetched;
+use self::miss::{Fetched, Tier};
 use self::outcome::{CacheOutcome, Ended};
 pub use self::request::{ConnectRequest, Identity, JoinRequest};
 pub use self::revoke::{Delivery, Revoke};
@@ -44,7 +44,7 @@ pub use self::stats::Stats;
 use self::stats::{Counter, Counters};
 use crate::auth_url::{AllowList, Endpoint};
 use crate::cache::{KeyRef, Lookup, Mark, Tiers, Verdict};
-use crate::error::ResolveError;
+use crate::error::{ErrorCode, ResolveError};
 use crate::telemetry;
 use crate::token;
 use crate::upstream::Upstream;
@@ -78,7 +78,7 @@ struct Inner {
     cache: Tiers,
     /// Calls under way, so concurrent resolutions of one key share one, each with where the
     /// revocations stood when it began.
-    flights: Flights<(Fetched, Mark)>,
+    flights: Flights<(Fetched, Mark, Tier)>,
     /// The HTTP call, with what admits it: the breakers and the slot limit.
     upstream: Upstream,
     /// Upper bound on how long a user is cached.
@@ -271,8 +271,29 @@ impl Resolver {
     /// header gave, or why it gave nothing usable (two headers, bytes that are not ASCII), an
     /// error counted as any refused resolution. With `auth_required(false)` this is
     /// [`Identity::Anonymous`] whatever the header held, as for a connect.
+    ///
+    /// With feature `opentelemetry`, a request that brings a trace (`traceparent`) while no
+    /// span is current is resolved in a span that continues it.
     #[cfg(feature = "axum")]
     pub(crate) async fn resolve_bearer(
+        &self,
+        auth_url: Option<&str>,
+        headers: &::axum::http::HeaderMap,
+    ) -> Result<Identity, ResolveError> {
+        let token = crate::axum::bearer_token(headers);
+        #[cfg(feature = "opentelemetry")]
+        if let Some(span) = crate::trace::request_span(headers) {
+            return self
+                .resolve_bearer_token(auth_url, token)
+                .instrument(span)
+                .await;
+        }
+        self.resolve_bearer_token(auth_url, token).await
+    }
+
+    /// [`resolve_bearer`](Self::resolve_bearer) once the header is read.
+    #[cfg(feature = "axum")]
+    async fn resolve_bearer_token(
         &self,
         auth_url: Option<&str>,
         token: Result<&str, ResolveError>,
@@ -355,6 +376,7 @@ impl Resolver {
             "resolve",
             room,
             auth_host = Empty,
+            outcome = Empty,
             cache = Empty,
             user_id = Empty,
             error = Empty
@@ -366,7 +388,7 @@ impl Resolver {
             // DEBUG is on for other targets only: `hit` did not look, `resolve_inner` does.
             let result = self.resolve_inner(target, token, &span, seen).await;
             let label = match &result {
-                Ok((_, outcome)) => outcome.as_str(),
+                Ok((_, outcome)) => outcome.metric_label(),
                 Err((error, _)) => error.code().as_str(),
             };
             self.inner.resolutions.count(label);
@@ -379,15 +401,24 @@ impl Resolver {
         let label = match &result {
             Ok((user, outcome)) => {
                 span.record("user_id", user.id);
+                span.record("outcome", outcome.as_str());
                 span.record("cache", outcome.as_str());
-                outcome.as_str()
+                outcome.metric_label()
             }
             Err((error, outcome)) => {
                 if let Some(outcome) = outcome {
                     span.record("cache", outcome.as_str());
                 }
-                span.record("error", error.code().as_str());
-                error.code().as_str()
+                let code = error.code().as_str();
+                span.record(
+                    "outcome",
+                    match error.code() {
+                        ErrorCode::TokenRejected => "rejected",
+                        _ => code,
+                    },
+                );
+                span.record("error", code);
+                code
             }
         };
         self.inner.resolutions.count(label);
@@ -537,7 +568,6 @@ impl fmt::Debug for Resolver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::ErrorCode;
 
     #[test]
     fn a_room_is_shown_cut_to_64_bytes_at_a_character() {

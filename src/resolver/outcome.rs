@@ -10,6 +10,8 @@ pub(super) enum CacheOutcome {
     Hit,
     NegativeHit,
     Miss,
+    /// A miss the shared tier answered: no call to the API.
+    Shared,
     Coalesced,
     Stale,
 }
@@ -20,8 +22,21 @@ impl CacheOutcome {
             CacheOutcome::Hit => "hit",
             CacheOutcome::NegativeHit => "negative_hit",
             CacheOutcome::Miss => "miss",
+            CacheOutcome::Shared => "shared",
             CacheOutcome::Coalesced => "coalesced",
             CacheOutcome::Stale => "stale",
+        }
+    }
+}
+
+impl CacheOutcome {
+    /// The `outcome` label of the resolutions metric, whose values stay as documented: a miss
+    /// the shared tier answered is counted as a miss there (the shared tier's own metrics
+    /// count its hits); only the span tells the two apart.
+    pub(super) fn metric_label(self) -> &'static str {
+        match self {
+            CacheOutcome::Shared => CacheOutcome::Miss.as_str(),
+            outcome => outcome.as_str(),
         }
     }
 }

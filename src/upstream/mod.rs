@@ -22,6 +22,8 @@ use reqwest::header::{
 use reqwest::{Method, Request, Response, StatusCode};
 
 use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
+use tracing::field::Empty;
+use tracing::Instrument;
 
 use self::breaker::{Admission, Breakers, Outcome};
 use crate::answer::{parse_cache_control, parse_user, Freshness};
@@ -276,7 +278,28 @@ impl Upstream {
         let started = clock::now();
         let in_flight = metrics::gauge!(telemetry::UPSTREAM_IN_FLIGHT);
         in_flight.increment(1.0);
-        let result = self.exchange(endpoint, token).await;
+        // The HTTP request's own span, a client span in OpenTelemetry's terms: the parent that
+        // the request's `traceparent` names (feature `opentelemetry`).
+        let span = tracing::debug_span!(
+            "auth_call",
+            otel.kind = "client",
+            otel.name = "POST /api/user",
+            server.address = Empty,
+            http.response.status_code = Empty,
+        );
+        let result = if span.is_disabled() {
+            self.exchange(endpoint, token).await
+        } else {
+            span.record("server.address", endpoint.host());
+            let result = self
+                .exchange(endpoint, token)
+                .instrument(span.clone())
+                .await;
+            if let Ok((status, _)) = &result {
+                span.record("http.response.status_code", status.as_u16());
+            }
+            result
+        };
         in_flight.decrement(1.0);
         metrics::histogram!(telemetry::UPSTREAM_DURATION_SECONDS).record(started.elapsed());
         count_request(result.as_ref().ok().map(|(status, _)| *status));
@@ -297,11 +320,13 @@ impl Upstream {
         // owned values it holds.
         let mut request = Request::new(Method::POST, endpoint.url().clone());
         let headers = request.headers_mut();
-        headers.reserve(4);
+        headers.reserve(6);
         headers.insert(AUTHORIZATION, bearer(token).map_err(TryError::Fatal)?);
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
         // An empty body, said explicitly: some servers refuse a POST without a length.
         headers.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+        #[cfg(feature = "opentelemetry")]
+        crate::trace::inject(headers);
         let response = self
             .http
             .execute(request)

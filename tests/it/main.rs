@@ -21,4 +21,5 @@ mod shared_cache;
 mod shared_cache_cluster;
 mod shared_cache_sentinel;
 mod tls;
+mod trace_context;
 mod upstream_answers;
