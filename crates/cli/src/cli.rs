@@ -17,6 +17,16 @@ pub(crate) struct Cli {
     /// How log lines on stderr are written: text for people, json for a log shipper.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub(crate) log_format: LogFormat,
+    /// Export spans over OTLP (HTTP/protobuf) to the collector at this base URL
+    /// (http://127.0.0.1:4318): each resolution and its call to /api/user, in the trace of the
+    /// request that asked (W3C traceparent). Off when unset.
+    #[arg(
+        long,
+        global = true,
+        env = "OTEL_EXPORTER_OTLP_ENDPOINT",
+        value_name = "URL"
+    )]
+    pub(crate) otlp_endpoint: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub(crate) command: Command,
@@ -92,6 +102,21 @@ pub(crate) fn parse() -> Cli {
 fn usage(error: &config_file::ConfigFileError) -> ! {
     eprintln!("error: {error}");
     std::process::exit(2)
+}
+
+impl Command {
+    /// The subcommand's name on the command line: the process's service name in its traces.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Command::ServeApi(_) => "serve-api",
+            Command::Resolve(_) => "resolve",
+            Command::Demo(_) => "demo",
+            Command::GameServer(_) => "game-server",
+            Command::Sidecar(_) => "sidecar",
+            Command::Check(_) => "check",
+            Command::Load(_) => "load",
+        }
+    }
 }
 
 /// Runs a parsed command line to its exit status.

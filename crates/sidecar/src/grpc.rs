@@ -27,6 +27,7 @@ use envoy_types::pb::google::protobuf::BoolValue;
 use tokio::net::TcpListener;
 use tonic::service::Routes;
 use tonic::{Request, Response, Status, TimeoutExpired};
+use tracing::Instrument;
 
 use super::authorize::encoded_name;
 use super::Node;
@@ -102,11 +103,39 @@ impl Authorization for Checker {
     ) -> Result<Response<CheckResponse>, Status> {
         // Answered `CANCELLED` past its deadline, as tonic's server timeout answers.
         let deadline = check_timeout(&request);
-        match tokio::time::timeout(deadline, self.check_within(request)).await {
+        let span = traced_check(&request);
+        let checked = self.check_within(request).instrument(span);
+        match tokio::time::timeout(deadline, checked).await {
             Ok(answer) => answer,
             Err(_) => Err(Status::cancelled(TimeoutExpired(()).to_string())),
         }
     }
+}
+
+/// The check's server span, continuing the trace of the client's request when Envoy passed its
+/// `traceparent` in the check's HTTP headers (as it does with tracing on).
+fn traced_check(request: &Request<CheckRequest>) -> tracing::Span {
+    let mut trace = HeaderMap::new();
+    if let Some(headers) = request.get_ref().get_client_headers() {
+        for name in [
+            token_resolver::trace::TRACEPARENT,
+            token_resolver::trace::TRACESTATE,
+        ] {
+            if let Some(value) = headers
+                .get(name)
+                .and_then(|v| HeaderValue::from_str(v).ok())
+            {
+                trace.insert(name, value);
+            }
+        }
+    }
+    token_resolver::trace::continue_trace(&trace, || {
+        tracing::info_span!(
+            "ext_authz_check",
+            otel.kind = "server",
+            otel.name = "envoy.service.auth.v3.Authorization/Check",
+        )
+    })
 }
 
 impl Checker {

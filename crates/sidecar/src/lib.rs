@@ -53,10 +53,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
+use axum::response::Response;
 use axum::routing::{any, delete, get, post};
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 pub use self::events::EVENTS_DELIVERED_TOTAL;
 pub use self::nginx_cache::{NginxCache, PurgeUrlError, PURGES_TOTAL, PURGE_HEADER};
@@ -240,6 +242,7 @@ impl Sidecar {
                 get(authorize::authorize).post(authorize::authorize),
             )
             .route("/v1/authorize/{*path}", any(authorize::authorize))
+            .route_layer(axum::middleware::from_fn(traced))
             .fallback(not_found)
             .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
             .with_state(self.node.clone())
@@ -355,4 +358,26 @@ async fn not_found() -> axum::response::Response {
         "not_found",
         "the sidecar serves POST /v1/resolve, GET /v1/events, DELETE /v1/sessions/{id}, GET|POST /v1/authorize and /v1/authorize/{path}",
     )
+}
+
+/// Each request to a route in a server span that continues the trace its caller sent (W3C
+/// `traceparent`), or starts a trace when tracing is on: the resolution it makes, and the call
+/// to the integrator's `/api/user`, are in that trace. Without an OpenTelemetry layer in the
+/// program (or with INFO off) the span is disabled, and its fields never computed.
+async fn traced(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let route =
+        (request.extensions().get::<axum::extract::MatchedPath>()).map_or("", |path| path.as_str());
+    let span = token_resolver::trace::continue_trace(request.headers(), || {
+        tracing::info_span!(
+            "sidecar_request",
+            otel.kind = "server",
+            otel.name = %format_args!("{} {}", request.method(), route),
+            http.request.method = %request.method(),
+            http.route = route,
+            http.response.status_code = tracing::field::Empty,
+        )
+    });
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
+    response
 }

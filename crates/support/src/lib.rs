@@ -43,6 +43,8 @@ mod game_server;
 #[cfg(feature = "servers")]
 mod http_app;
 #[cfg(feature = "servers")]
+mod otlp;
+#[cfg(feature = "servers")]
 mod raw;
 #[cfg(feature = "servers")]
 pub mod redis;
@@ -82,6 +84,8 @@ pub use hostile::*;
 pub use http_app::*;
 #[cfg(feature = "servers")]
 pub use nginx::Nginx;
+#[cfg(feature = "servers")]
+pub use otlp::*;
 #[cfg(feature = "servers")]
 pub use raw::*;
 #[cfg(feature = "reference-api")]

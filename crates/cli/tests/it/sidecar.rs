@@ -14,26 +14,38 @@ use serde_json::json;
 const BIN: &str = env!("CARGO_BIN_EXE_token-resolver");
 
 /// A `token-resolver sidecar` process, killed on drop.
-struct SidecarProcess {
-    child: Child,
+pub(crate) struct SidecarProcess {
+    pub(crate) child: Child,
     banner: String,
 }
 
 impl SidecarProcess {
     /// Starts `sidecar` with `args` and waits for its banner (up to its last line).
     fn start(args: &[&str]) -> SidecarProcess {
-        let mut child = Command::new(BIN)
+        let mut command = SidecarProcess::command(args);
+        command.env("RUST_LOG", "warn");
+        SidecarProcess::spawn(command)
+    }
+
+    /// `token-resolver sidecar --listen 127.0.0.1:0 ARGS`, with an admin token, its standard
+    /// output piped for the banner: for a test to add to, then [`spawn`](Self::spawn).
+    pub(crate) fn command(args: &[&str]) -> Command {
+        let mut command = Command::new(BIN);
+        command
             .arg("sidecar")
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
-            .env("RUST_LOG", "warn")
             .env(
                 "TOKEN_RESOLVER_ADMIN_TOKEN",
                 "sidecar-cli-test-secret-of-32-bytes",
             )
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stdout(Stdio::piped());
+        command
+    }
+
+    /// Starts `command` and waits for its banner (up to its last line).
+    pub(crate) fn spawn(mut command: Command) -> SidecarProcess {
+        let mut child = command.spawn().unwrap();
         let mut reader = BufReader::new(child.stdout.take().unwrap());
         let mut banner = String::new();
         loop {
@@ -50,7 +62,7 @@ impl SidecarProcess {
     }
 
     /// The address on the banner line that starts with `prefix`.
-    fn addr(&self, prefix: &str) -> SocketAddr {
+    pub(crate) fn addr(&self, prefix: &str) -> SocketAddr {
         let line = (self.banner.lines())
             .find(|l| l.starts_with(prefix))
             .unwrap_or_else(|| panic!("no {prefix:?} in {:?}", self.banner));
