@@ -4,7 +4,9 @@
 //! API. A token resolves to its user; a ban at the reference API reaches the C# game server as
 //! `Revoked` and closes that player; the sidecar killed and started again on the same port makes
 //! the client raise `Resync`, and the game server resolves its players again: the one banned
-//! while no sidecar ran is closed, the other kept, and the new sidecar watches its session.
+//! while no sidecar ran is closed, the other kept, and the new sidecar watches its session. A
+//! token that expires raises `ReauthRequired`: the player who sends a fresh one in time is
+//! refreshed, the other revoked (`session_expired`).
 //! Needs Debian's mono-mcs, mono-runtime and libmono-system-net-http4.0-cil: skipped with a
 //! note without them, a failure under CI, which installs them.
 
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::redis::free_port;
 use support::ApiCalls;
-use token_resolver_reference_api::ApiConfig;
+use token_resolver_reference_api::{ApiConfig, RunningApi};
 use token_resolver_sessions::AdminSecret;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::TcpStream;
@@ -127,13 +129,19 @@ struct SidecarProcess(Child);
 
 impl SidecarProcess {
     /// Starts a sidecar on `listen` with its admin listener on `admin`, resolving at
-    /// `auth_url`, and waits for its banner.
-    fn start(listen: SocketAddr, admin: SocketAddr, auth_url: &str) -> SidecarProcess {
+    /// `auth_url`, with `args`, and waits for its banner.
+    fn start(
+        listen: SocketAddr,
+        admin: SocketAddr,
+        auth_url: &str,
+        args: &[&str],
+    ) -> SidecarProcess {
         let mut child = Command::new(BIN)
             .arg("sidecar")
             .args(["--listen", &listen.to_string()])
             .args(["--admin-listen", &admin.to_string()])
             .args(["--auth-url", auth_url])
+            .args(args)
             .env("RUST_LOG", "warn")
             .env("TOKEN_RESOLVER_ADMIN_TOKEN", SECRET)
             .stdout(Stdio::piped())
@@ -272,11 +280,16 @@ impl Player {
         let mut player = Player {
             lines: AsyncBufReader::new(stream),
         };
-        let hello = json!({"type": "connect", "access_token": token}).to_string() + "\n";
-        let socket = player.lines.get_mut();
-        socket.write_all(hello.as_bytes()).await.unwrap();
+        player.send(token).await;
         let answer = player.read(BOUND).await.expect("an answer");
         (player, answer)
+    }
+
+    /// Sends `{"type": "connect", "access_token": token}`: the first, or a refresh.
+    async fn send(&mut self, token: &str) {
+        let hello = json!({"type": "connect", "access_token": token}).to_string() + "\n";
+        let socket = self.lines.get_mut();
+        socket.write_all(hello.as_bytes()).await.unwrap();
     }
 
     /// The next message within `within`; `None` at the end of the stream.
@@ -291,10 +304,16 @@ impl Player {
 
     /// Asserts that the server tells this player it was revoked, then closes its socket.
     async fn assert_revoked(&mut self, who: &str) {
+        self.assert_closed(who, "revoked").await;
+    }
+
+    /// Asserts that the server tells this player it was revoked for `reason`, then closes its
+    /// socket.
+    async fn assert_closed(&mut self, who: &str, reason: &str) {
         let told = self.read(BOUND).await;
         assert_eq!(
             told,
-            Some(json!({"type": "revoked", "reason": "revoked"})),
+            Some(json!({"type": "revoked", "reason": reason})),
             "{who}"
         );
         assert_eq!(self.read(BOUND).await, None, "{who}'s socket closed");
@@ -319,35 +338,85 @@ async fn ban(base: &str, user_id: i64) {
     assert_eq!(answer.status(), 200);
 }
 
+/// The reference API, a sidecar process resolving at it and told of its bans, and the C# game
+/// server on that sidecar, its event stream open.
+struct Parties {
+    base: String,
+    listen: SocketAddr,
+    admin: SocketAddr,
+    sidecar_args: &'static [&'static str],
+    sidecar: Option<SidecarProcess>,
+    game: GameServer,
+    // Dropped last: the API, then the compiled example.
+    _api: RunningApi,
+    _dir: TempDir,
+}
+
+impl Parties {
+    /// Compiles the C# sources, then starts the reference API with `api` (told to notify the
+    /// sidecar), the sidecar with `sidecar_args`, and the game server.
+    async fn start(api: ApiConfig, sidecar_args: &'static [&'static str]) -> Parties {
+        let dir = TempDir::new();
+        let exe = compile(&dir.0);
+        // The reference API tells the sidecar's admin listener of bans: its port comes first.
+        let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let api = support::reference_api_with(ApiConfig {
+            notify: vec![format!("http://{admin}")],
+            admin_secret: Some(AdminSecret::new(SECRET).unwrap()),
+            ..api
+        })
+        .await;
+        let base = api.base_url();
+        let sidecar = SidecarProcess::start(listen, admin, &base, sidecar_args);
+        let mut game = GameServer::start(&exe, listen);
+        game.expect("the event stream", |l| l == "events: connected")
+            .await;
+        Parties {
+            base,
+            listen,
+            admin,
+            sidecar_args,
+            sidecar: Some(sidecar),
+            game,
+            _api: api,
+            _dir: dir,
+        }
+    }
+
+    /// Kills the sidecar (SIGKILL), runs `meanwhile`, and starts a new one on the same ports.
+    async fn restart_sidecar(&mut self, meanwhile: impl std::future::Future<Output = ()>) {
+        self.sidecar.take().expect("a sidecar runs").kill();
+        meanwhile.await;
+        let again = SidecarProcess::start(self.listen, self.admin, &self.base, self.sidecar_args);
+        self.sidecar = Some(again);
+    }
+
+    /// A fresh token of `username` (demo password).
+    async fn token(&self, username: &str) -> String {
+        let password = match username {
+            "alice" => "wonderland",
+            "bob" => "builder",
+            _ => "carolina",
+        };
+        support::login_and_take_token(&self.base, username, password).await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_csharp_client_resolves_closes_a_banned_player_and_resyncs_after_a_sidecar_restart() {
     if !mono_installed() {
         return;
     }
-    let dir = TempDir::new();
-    let exe = compile(&dir.0);
-
-    // The reference API tells the sidecar's admin listener of bans: its port is chosen first.
-    let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let api = support::reference_api_with(ApiConfig {
-        notify: vec![format!("http://{admin}")],
-        admin_secret: Some(AdminSecret::new(SECRET).unwrap()),
-        ..ApiConfig::default()
-    })
-    .await;
-    let base = api.base_url();
-    let sidecar = SidecarProcess::start(listen, admin, &base);
-    let mut game = GameServer::start(&exe, listen);
-    game.expect("the event stream", |l| l == "events: connected")
-        .await;
-
+    let mut parties = Parties::start(ApiConfig::default(), &[]).await;
+    let base = parties.base.clone();
     let tokens = [
-        support::login_and_take_token(&base, "alice", "wonderland").await,
-        support::login_and_take_token(&base, "bob", "builder").await,
-        support::login_and_take_token(&base, "carol", "carolina").await,
-        support::login_and_take_token(&base, "bob", "builder").await,
+        parties.token("alice").await,
+        parties.token("bob").await,
+        parties.token("carol").await,
+        parties.token("bob").await,
     ];
+    let game = &mut parties.game;
     let (mut alice, hello) = Player::connect(game.addr, &tokens[0]).await;
     assert_eq!(
         hello,
@@ -386,9 +455,8 @@ async fn the_csharp_client_resolves_closes_a_banned_player_and_resyncs_after_a_s
     // The sidecar dies; alice is banned while none runs (the reference API keeps retrying its
     // notice); a new sidecar comes up on the same ports, knowing nothing of the C# server's
     // players. The client comes back with the old process's Last-Event-ID and is sent resync.
-    sidecar.kill();
-    ban(&base, 1).await;
-    let _sidecar = SidecarProcess::start(listen, admin, &base);
+    parties.restart_sidecar(ban(&base, 1)).await;
+    let game = &mut parties.game;
     game.expect("the resync", |l| l == "resync: checking 2 players")
         .await;
     game.expect("the resync's end", |l| l.starts_with("resync: done"))
@@ -412,4 +480,53 @@ async fn the_csharp_client_resolves_closes_a_banned_player_and_resyncs_after_a_s
     for token in &tokens {
         assert!(!printed.contains(token.as_str()), "a token was printed");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_csharp_client_raises_reauth_required_and_a_session_not_refreshed_in_time_is_revoked() {
+    if !mono_installed() {
+        return;
+    }
+    // Tokens live 2 s, and a session has 4 s to refresh once its token expired.
+    let api = ApiConfig {
+        token_ttl: Duration::from_secs(2),
+        ..ApiConfig::default()
+    };
+    let sidecar = &["--clock-skew", "0", "--reauth-grace", "4"];
+    let mut parties = Parties::start(api, sidecar).await;
+    let tokens = [parties.token("alice").await, parties.token("bob").await];
+    let game = &mut parties.game;
+    let (mut alice, _) = Player::connect(game.addr, &tokens[0]).await;
+    let alice_session = game.admitted("user=1 name=Alice").await;
+    let (mut bob, _) = Player::connect(game.addr, &tokens[1]).await;
+    let bob_session = game.admitted("user=2 name=Bob").await;
+
+    // Each token expires: ReauthRequired names its session, with the grace in milliseconds.
+    let asked = json!({"type": "reauth_required", "within_ms": 4000});
+    assert_eq!(alice.read(BOUND).await, Some(asked.clone()));
+    assert_eq!(bob.read(BOUND).await, Some(asked));
+    // In either order: the two expiries are in the same second.
+    let mut awaited: Vec<String> = [&alice_session, &bob_session]
+        .map(|session| format!("reauth_required session={session} within_ms=4000"))
+        .to_vec();
+    while !awaited.is_empty() {
+        let line = (game.expect("reauth_required", |l| awaited.iter().any(|a| a == l))).await;
+        awaited.retain(|a| *a != line);
+    }
+
+    // Alice sends a fresh token in time: her session's refresh. Bob does not: revoked.
+    let fresh = parties.token("alice").await;
+    alice.send(&fresh).await;
+    assert_eq!(
+        alice.read(BOUND).await,
+        Some(json!({"type": "connected", "user": {"id": 1, "name": "Alice"}}))
+    );
+    let game = &mut parties.game;
+    let refreshed = format!("connected session={alice_session} user=1 name=Alice (refreshed)");
+    game.expect("alice refreshed", |l| l == refreshed).await;
+    bob.assert_closed("bob, who did not refresh", "session_expired")
+        .await;
+    let closed = format!("closed session={bob_session} user=2 reason=session_expired");
+    game.expect("bob closed", |l| l == closed).await;
+    assert!(!game.all_printed().contains(&fresh), "no token is printed");
 }
