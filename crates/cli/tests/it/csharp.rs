@@ -6,7 +6,9 @@
 //! the client raise `Resync`, and the game server resolves its players again: the one banned
 //! while no sidecar ran is closed, the other kept, and the new sidecar watches its session. A
 //! token that expires raises `ReauthRequired`: the player who sends a fresh one in time is
-//! refreshed, the other revoked (`session_expired`).
+//! refreshed, the other revoked (`session_expired`). And `clients/csharp/tests/ClientChecks.cs`
+//! checks the client's parts against the same sidecar: its JSON reader, the answers and error
+//! codes, the bounds of a call, and the events reader's parsing, backoff and stop.
 //! Needs Debian's mono-mcs, mono-runtime and libmono-system-net-http4.0-cil: skipped with a
 //! note without them, a failure under CI, which installs them.
 
@@ -102,24 +104,32 @@ fn mcs(args: &[&str]) {
     );
 }
 
-/// Compiles the client alone into a library, then the example against that library (so that it
-/// uses the client's public API only), into `dir`: the example's path.
-fn compile(dir: &Path) -> PathBuf {
+/// Compiles the client alone into a library, then `program` (a path under `clients/csharp`)
+/// against that library (so that it uses the client's public API only), into `dir`: the
+/// program's path.
+fn compile(dir: &Path, program: &str) -> PathBuf {
     let library = dir.join("TokenResolverClient.dll");
-    let exe = dir.join("GameServer.exe");
-    mcs(&[
-        "-warnaserror",
-        "-target:library",
-        "-r:System.Net.Http.dll",
-        &format!("-out:{}", library.display()),
-        &format!("{CLIENTS}/TokenResolverClient.cs"),
-    ]);
+    let exe = dir.join(
+        Path::new(program)
+            .with_extension("exe")
+            .file_name()
+            .unwrap(),
+    );
+    if !library.exists() {
+        mcs(&[
+            "-warnaserror",
+            "-target:library",
+            "-r:System.Net.Http.dll",
+            &format!("-out:{}", library.display()),
+            &format!("{CLIENTS}/TokenResolverClient.cs"),
+        ]);
+    }
     mcs(&[
         "-warnaserror",
         "-r:System.Net.Http.dll",
         &format!("-r:{}", library.display()),
         &format!("-out:{}", exe.display()),
-        &format!("{CLIENTS}/example/GameServer.cs"),
+        &format!("{CLIENTS}/{program}"),
     ]);
     exe
 }
@@ -357,7 +367,7 @@ impl Parties {
     /// sidecar), the sidecar with `sidecar_args`, and the game server.
     async fn start(api: ApiConfig, sidecar_args: &'static [&'static str]) -> Parties {
         let dir = TempDir::new();
-        let exe = compile(&dir.0);
+        let exe = compile(&dir.0, "example/GameServer.cs");
         // The reference API tells the sidecar's admin listener of bans: its port comes first.
         let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -529,4 +539,49 @@ async fn the_csharp_client_raises_reauth_required_and_a_session_not_refreshed_in
     let closed = format!("closed session={bob_session} user=2 reason=session_expired");
     game.expect("bob closed", |l| l == closed).await;
     assert!(!game.all_printed().contains(&fresh), "no token is printed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_csharp_client_checks_pass_against_a_real_sidecar() {
+    if !mono_installed() {
+        return;
+    }
+    let dir = TempDir::new();
+    let checks = compile(&dir.0, "tests/ClientChecks.cs");
+    let api = support::reference_api().await;
+    let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let _sidecar = SidecarProcess::start(listen, admin, &api.base_url(), &[]);
+    let token = support::login_and_take_token(&api.base_url(), "alice", "wonderland").await;
+    let run = tokio::process::Command::new("mono")
+        .arg(&checks)
+        .env("TOKEN_RESOLVER_URL", format!("http://{listen}"))
+        .env("ALICE_TOKEN", &token)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the checks end within 60 s")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    for check in [
+        "json_accepts",
+        "json_refuses",
+        "json_quote_round_trips",
+        "resolve_answers_the_user",
+        "resolve_with_a_session_then_its_refresh",
+        "a_refused_token_carries_the_code_and_not_the_token",
+        "a_bad_session_names_the_field",
+        "forget_escapes_the_session",
+        "no_sidecar_is_sidecar_unavailable",
+        "a_silent_sidecar_is_bounded_by_request_timeout",
+        "events_stop_on_cancel_and_run_again",
+        "events_parse_the_stream_and_resync_on_what_they_cannot_read",
+        "a_silent_stream_is_lost_and_tried_again_with_backoff",
+    ] {
+        let passed = format!("ok {check}");
+        assert!(stdout.lines().any(|l| l == passed), "{check}: {stdout}");
+    }
+    assert!(!stdout.contains(&token), "no token is printed");
 }
