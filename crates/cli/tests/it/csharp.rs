@@ -413,6 +413,7 @@ impl Parties {
     }
 }
 
+/// Resolve, Revoked closing a banned player, Forget, and Resync after a sidecar restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_csharp_client_resolves_closes_a_banned_player_and_resyncs_after_a_sidecar_restart() {
     if !mono_installed() {
@@ -492,6 +493,7 @@ async fn the_csharp_client_resolves_closes_a_banned_player_and_resyncs_after_a_s
     }
 }
 
+/// ReauthRequired: a refresh in time keeps the player, none revokes it with session_expired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_csharp_client_raises_reauth_required_and_a_session_not_refreshed_in_time_is_revoked() {
     if !mono_installed() {
@@ -546,6 +548,7 @@ async fn the_csharp_client_raises_reauth_required_and_a_session_not_refreshed_in
     }
 }
 
+/// The client's parts, checked by a C# program of its own against a real sidecar.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_csharp_client_checks_pass_against_a_real_sidecar() {
     if !mono_installed() {
