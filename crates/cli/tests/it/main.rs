@@ -9,6 +9,7 @@ mod browser;
 mod check;
 mod cli;
 mod cli_serve_api;
+mod csharp;
 mod game_server;
 mod operations;
 mod otlp;
