@@ -10,6 +10,7 @@ mod check;
 mod cli;
 mod cli_serve_api;
 mod game_server;
+mod observability;
 mod operations;
 mod sidecar;
 mod sidecar_loopback;
