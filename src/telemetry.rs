@@ -26,6 +26,15 @@ pub const UPSTREAM_DURATION_SECONDS: &str = "token_resolver_upstream_duration_se
 /// Gauge: upstream requests in flight now.
 pub const UPSTREAM_IN_FLIGHT: &str = "token_resolver_upstream_in_flight";
 
+/// Gauge: upstream requests allowed in flight at once (`max_concurrent_requests`), set when a
+/// resolver is built (the last one built, where a process builds several): the bound
+/// [`UPSTREAM_IN_FLIGHT`] runs against.
+pub const UPSTREAM_SLOTS: &str = "token_resolver_upstream_slots";
+
+/// Histogram: seconds from when another node made a revocation (by its clock) to when this
+/// node applied it from the shared cache's stream.
+pub const REVOCATION_DELAY_SECONDS: &str = "token_resolver_revocation_delay_seconds";
+
 /// Gauge: entries in the cache (users and rejections), updated as the cache changes.
 pub const CACHE_ENTRIES: &str = "token_resolver_cache_entries";
 
@@ -76,6 +85,125 @@ pub const SHARED_CACHE_MISSES_TOTAL: &str = "token_resolver_shared_cache_misses_
 /// `remote`: another node's, through the shared cache's channel, or the emptying of the cache
 /// when that channel is subscribed again): invalidations applied to this node's cache.
 pub const INVALIDATIONS_TOTAL: &str = "token_resolver_invalidations_total";
+
+/// Describes every metric of this crate to the installed recorder and registers each at zero
+/// (counters under the label values known in advance), so that a scrape shows `0` rather than
+/// nothing before the first event: a dashboard panel or an alert rule then has a series from
+/// the start. A product calls it once, after installing its recorder; without one it does
+/// nothing.
+pub fn register() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        RESOLUTIONS_TOTAL,
+        "Resolutions, by outcome: hit, miss, coalesced, stale or the error code."
+    );
+    describe_counter!(
+        UPSTREAM_REQUESTS_TOTAL,
+        "Requests to the integrator's /api/user, by HTTP status (or error)."
+    );
+    describe_histogram!(
+        UPSTREAM_DURATION_SECONDS,
+        Unit::Seconds,
+        "Time from sending a request to /api/user to having its whole answer."
+    );
+    describe_gauge!(UPSTREAM_IN_FLIGHT, "Requests to /api/user in flight now.");
+    describe_gauge!(
+        UPSTREAM_SLOTS,
+        "Requests to /api/user allowed in flight at once (max_concurrent_requests)."
+    );
+    describe_gauge!(
+        CACHE_ENTRIES,
+        "Entries in the local cache (users and rejections)."
+    );
+    describe_gauge!(
+        CIRCUIT_OPEN,
+        "1 while an auth API's circuit breaker is open, by origin."
+    );
+    describe_counter!(
+        CIRCUIT_REJECTIONS_TOTAL,
+        "Resolutions failed fast on an open circuit breaker."
+    );
+    describe_counter!(
+        CIRCUIT_TRANSITIONS_TOTAL,
+        "Circuit-breaker transitions, by origin and state."
+    );
+    describe_counter!(
+        STALE_SERVED_TOTAL,
+        "Stale answers served while the auth API was unavailable."
+    );
+    describe_counter!(
+        SHARED_CACHE_HITS_TOTAL,
+        "Local misses the shared cache (Redis) answered."
+    );
+    describe_counter!(
+        SHARED_CACHE_MISSES_TOTAL,
+        "Local misses the shared cache (Redis) had no answer for."
+    );
+    describe_counter!(
+        SHARED_CACHE_ERRORS_TOTAL,
+        "Shared cache (Redis) operations that failed or timed out, by op."
+    );
+    describe_counter!(
+        SHARED_CACHE_CHANNEL_LOSSES_TOTAL,
+        "Times the shared cache's revocation stream was lost and read again."
+    );
+    describe_counter!(
+        SHARED_CACHE_RESYNCS_TOTAL,
+        "Times revocations may have been missed, so the local cache was emptied."
+    );
+    describe_counter!(
+        SHARED_FORGED_TOTAL,
+        "What a writer in Redis without the secret put there, ignored, by what."
+    );
+    describe_gauge!(
+        COALESCED_WAITERS,
+        "Resolutions waiting now on another resolution's call for the same token."
+    );
+    describe_counter!(
+        INVALIDATIONS_TOTAL,
+        "Invalidations applied to this node's cache, by scope and source."
+    );
+    describe_histogram!(
+        REVOCATION_DELAY_SECONDS,
+        Unit::Seconds,
+        "Time from another node making a revocation to this node applying it."
+    );
+
+    for outcome in OUTCOMES {
+        let _ = metrics::counter!(RESOLUTIONS_TOTAL, "outcome" => outcome);
+    }
+    for scope in ["token", "user", "session", "all"] {
+        for source in ["local", "remote"] {
+            let _ = metrics::counter!(INVALIDATIONS_TOTAL, "scope" => scope, "source" => source);
+        }
+    }
+    for what in ["value", "replayed_value", "message", "replayed_message"] {
+        let _ = metrics::counter!(SHARED_FORGED_TOTAL, "what" => what);
+    }
+    // `op` is the failing operation; `subscribe` (the revocation stream) is always one.
+    let _ = metrics::counter!(SHARED_CACHE_ERRORS_TOTAL, "op" => "subscribe");
+    for name in [
+        CIRCUIT_REJECTIONS_TOTAL,
+        STALE_SERVED_TOTAL,
+        SHARED_CACHE_HITS_TOTAL,
+        SHARED_CACHE_MISSES_TOTAL,
+        SHARED_CACHE_CHANNEL_LOSSES_TOTAL,
+        SHARED_CACHE_RESYNCS_TOTAL,
+    ] {
+        let _ = metrics::counter!(name);
+    }
+    for name in [
+        UPSTREAM_IN_FLIGHT,
+        UPSTREAM_SLOTS,
+        CACHE_ENTRIES,
+        COALESCED_WAITERS,
+    ] {
+        let _ = metrics::gauge!(name);
+    }
+    for name in [UPSTREAM_DURATION_SECONDS, REVOCATION_DELAY_SECONDS] {
+        let _ = metrics::histogram!(name);
+    }
+}
 
 /// What an invalidation drops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

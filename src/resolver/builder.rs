@@ -327,6 +327,7 @@ impl ResolverBuilder {
     pub fn build(self) -> Result<Resolver, ConfigError> {
         let (allow, default_endpoint) = self.allow_list()?;
         self.check_limits()?;
+        metrics::gauge!(crate::telemetry::UPSTREAM_SLOTS).set(self.max_concurrent_requests as f64);
         let upstream = Upstream {
             http: self.http_client()?,
             request_timeout: self.request_timeout,

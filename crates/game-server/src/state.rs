@@ -203,6 +203,12 @@ impl AdminNode for Shared {
         }
         reasons
     }
+
+    /// The game server's own metrics, at zero under their fixed label values (the error codes
+    /// a flood or a full node brings; every other code appears when first sent).
+    fn register_metrics(&self) {
+        super::telemetry::register();
+    }
 }
 
 #[cfg(test)]

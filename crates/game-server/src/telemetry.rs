@@ -24,3 +24,42 @@ pub const MESSAGES_TOTAL: &str = "game_server_messages_total";
 pub const ERRORS_TOTAL: &str = "game_server_errors_total";
 /// Gauge: 1 while the server drains (it accepts no one and tells its clients to go), else 0.
 pub const DRAINING: &str = "game_server_draining";
+
+/// Describes the game server's metrics and registers them at zero: sessions per transport,
+/// messages per type, refusals per reason, the error codes a login flood or a full node brings,
+/// draining. Called when an admin listener with a recorder starts.
+pub(crate) fn register() {
+    use super::protocol::{LOGIN_TIMEOUT, RATE_LIMITED, SERVER_BUSY, TOO_MANY_CONNECTIONS};
+    use metrics::{describe_counter, describe_gauge};
+    describe_gauge!(SESSIONS_OPEN, "Sessions open now, by transport.");
+    describe_counter!(
+        SESSIONS_TOTAL,
+        "Sessions accepted since start, by transport."
+    );
+    describe_counter!(
+        CONNECTIONS_REFUSED_TOTAL,
+        "Connections refused before a session began, by reason."
+    );
+    describe_counter!(MESSAGES_TOTAL, "Messages received, by type.");
+    describe_counter!(ERRORS_TOTAL, "Error messages sent, by code.");
+    describe_gauge!(DRAINING, "1 while the server drains, else 0.");
+    for transport in ["tcp", "ws"] {
+        let _ = metrics::gauge!(SESSIONS_OPEN, "transport" => transport);
+        let _ = metrics::counter!(SESSIONS_TOTAL, "transport" => transport);
+    }
+    for kind in ["connect", "search_room", "join", "refresh", "invalid"] {
+        let _ = metrics::counter!(MESSAGES_TOTAL, "type" => kind);
+    }
+    for reason in [SERVER_BUSY, TOO_MANY_CONNECTIONS] {
+        let _ = metrics::counter!(CONNECTIONS_REFUSED_TOTAL, "reason" => reason);
+    }
+    for code in [
+        RATE_LIMITED,
+        LOGIN_TIMEOUT,
+        SERVER_BUSY,
+        TOO_MANY_CONNECTIONS,
+    ] {
+        let _ = metrics::counter!(ERRORS_TOTAL, "code" => code);
+    }
+    let _ = metrics::gauge!(DRAINING);
+}

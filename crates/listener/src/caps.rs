@@ -95,6 +95,29 @@ impl Drop for AddressSlot {
     }
 }
 
+/// Counter, label `outcome`: connections an HTTP listener (the admin listener, the WebSocket
+/// listener, the sidecar's) turned away at a cap: `refused` (answered 503 with `Retry-After`)
+/// or `shed` (closed without an answer: too many being answered already, or a listener whose
+/// clients cannot read one).
+pub const TURNED_AWAY_TOTAL: &str = "game_server_http_turned_away_total";
+
+/// Describes [`TURNED_AWAY_TOTAL`] to the installed recorder and registers both outcomes at
+/// zero.
+pub fn register_metrics() {
+    metrics::describe_counter!(
+        TURNED_AWAY_TOTAL,
+        "Connections an HTTP listener turned away at a cap, by outcome: refused (503) or shed."
+    );
+    for outcome in ["refused", "shed"] {
+        let _ = metrics::counter!(TURNED_AWAY_TOTAL, "outcome" => outcome);
+    }
+}
+
+/// Counts one connection turned away, `refused` or `shed`.
+pub(crate) fn count_turned_away(outcome: &'static str) {
+    metrics::counter!(TURNED_AWAY_TOTAL, "outcome" => outcome).increment(1);
+}
+
 /// What a connection past a cap is answered: a 503 that says when to come back.
 const BUSY_ANSWER: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
 content-type: application/json\r\n\
@@ -125,8 +148,10 @@ impl TurnAway {
     /// answered already.
     pub fn answer(&self, stream: TcpStream) {
         let Ok(permit) = self.at_once.clone().try_acquire_owned() else {
+            count_turned_away("shed");
             return;
         };
+        count_turned_away("refused");
         tokio::spawn(async move {
             let _ = tokio::time::timeout(TURN_AWAY_DEADLINE, answer_busy(stream)).await;
             drop(permit);

@@ -239,6 +239,8 @@ pub async fn serve_with<S, B, T>(
             tracing::debug!(%peer, "HTTP listener at a cap: connection turned away");
             if answers {
                 turn_away.answer(stream);
+            } else {
+                crate::caps::count_turned_away("shed");
             }
             continue;
         };

@@ -8,7 +8,8 @@
 //! - [`budget`]: [`Budget`], how often each caller (an address, a device id) did something
 //!   lately, each at most a budget per window;
 //! - [`caps`]: [`PerAddress`], connections counted per client address for a cap on each, and
-//!   [`TurnAway`], the quick 503 a connection past a cap is answered;
+//!   [`TurnAway`], the quick 503 a connection past a cap is answered, each counted in
+//!   [`caps::TURNED_AWAY_TOTAL`] (refused, or shed unanswered);
 //! - [`forwarded`]: [`TrustedProxies`], the client's address behind the reverse proxies an
 //!   operator names, and the TCP peer otherwise;
 //! - [`secret`]: [`AdminSecret`], the bearer secret of the admin endpoints.

@@ -24,7 +24,7 @@ use tokio::net::TcpListener;
 
 use crate::node::AdminNode;
 use crate::revoke;
-use crate::telemetry::Metrics;
+use crate::telemetry::{self, Metrics};
 use token_resolver_listener::http::{self, HttpLimits};
 use token_resolver_listener::AdminSecret;
 use token_resolver_listener::ServerTask;
@@ -110,6 +110,9 @@ pub async fn spawn(
 ) -> io::Result<RunningAdmin> {
     let listener = TcpListener::bind(addr).await?;
     let local_addr = listener.local_addr()?;
+    if config.metrics.is_some() {
+        node.register_metrics();
+    }
     let limits = HttpLimits {
         max_connections: config.max_connections.max(1),
         // Operators and the integrator's notifier, not the public: no per-address share.
@@ -142,19 +145,37 @@ fn router(state: AdminState) -> Router {
 /// `GET /metrics`: every metric of the process, in the Prometheus text format.
 async fn metrics(State(state): State<AdminState>) -> Response {
     match &state.metrics {
-        Some(metrics) => (
-            [(
-                header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
-            metrics.render(),
-        )
-            .into_response(),
+        Some(metrics) => {
+            record_readiness(&not_ready(&*state.node));
+            (
+                [(
+                    header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                metrics.render(),
+            )
+                .into_response()
+        }
         None => (
             StatusCode::NOT_FOUND,
             Json(json!({"error": "not_found", "message": "no metrics recorder is installed"})),
         )
             .into_response(),
+    }
+}
+
+/// Sets [`READY`](telemetry::READY) and every [`NOT_READY`](telemetry::NOT_READY) reason from
+/// what `/readyz` would answer now (every reason a node gives is one of
+/// [`NOT_READY_REASONS`](telemetry::NOT_READY_REASONS)).
+fn record_readiness(not_ready: &[&'static str]) {
+    metrics::gauge!(telemetry::READY).set(if not_ready.is_empty() { 1.0 } else { 0.0 });
+    for reason in telemetry::NOT_READY_REASONS {
+        let failing = not_ready.contains(&reason);
+        metrics::gauge!(telemetry::NOT_READY, "reason" => reason).set(if failing {
+            1.0
+        } else {
+            0.0
+        });
     }
 }
 

@@ -16,4 +16,8 @@ pub trait AdminNode: Send + Sync + 'static {
     /// What keeps the server from taking players now (`/readyz` names each); empty when
     /// ready. A Redis tier whose channel is not subscribed is added by the listener.
     fn not_ready(&self) -> Vec<&'static str>;
+    /// Describes the server's own metrics and registers them at zero; called when an admin
+    /// listener with a recorder starts, so that its first scrape has every series. None by
+    /// default.
+    fn register_metrics(&self) {}
 }

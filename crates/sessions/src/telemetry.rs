@@ -13,6 +13,15 @@ use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, Promet
 /// Counter: sessions closed because a revocation named them (a logout, a ban, a revoked or
 /// rejected token).
 pub const REVOKED_TOTAL: &str = "game_server_sessions_revoked_total";
+/// Gauge: 1 while `/readyz` would answer 200, 0 while it would answer 503; set at each scrape
+/// of `/metrics`, so that an alert sees what an orchestrator sees.
+pub const READY: &str = "game_server_ready";
+/// Gauge, label `reason` (`game_listener`, `draining`, `shared_cache_invalidation`): 1 while
+/// that reason keeps `/readyz` at 503, else 0; set at each scrape of `/metrics`.
+pub const NOT_READY: &str = "game_server_not_ready";
+/// Every `reason` of [`NOT_READY`].
+pub const NOT_READY_REASONS: [&str; 3] = ["game_listener", "draining", "shared_cache_invalidation"];
+
 /// The upper bounds of every latency histogram's buckets, in seconds: 0.5 ms to 10 s.
 pub const LATENCY_BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -61,6 +70,7 @@ impl Metrics {
             .build_recorder();
         let handle = recorder.handle();
         metrics::set_global_recorder(recorder).map_err(|_| MetricsError::Taken)?;
+        register();
         let metrics = installed.insert(Metrics { handle }).clone();
         let upkeep = metrics.handle.clone();
         let _ = std::thread::Builder::new()
@@ -75,5 +85,31 @@ impl Metrics {
     /// Every metric recorded so far, in the Prometheus text exposition format.
     pub fn render(&self) -> String {
         self.handle.render()
+    }
+}
+
+/// Describes and registers at zero the resolver's metrics
+/// ([`token_resolver::telemetry::register`]) and those of live sessions and the admin
+/// listener, so that the first scrape already has every series a dashboard or an alert names.
+fn register() {
+    use metrics::{describe_counter, describe_gauge};
+    token_resolver::telemetry::register();
+    token_resolver_listener::caps::register_metrics();
+    describe_counter!(
+        REVOKED_TOTAL,
+        "Sessions closed because a revocation named them."
+    );
+    describe_gauge!(
+        READY,
+        "1 while /readyz answers 200, else 0 (set at each scrape)."
+    );
+    describe_gauge!(
+        NOT_READY,
+        "1 while this reason keeps /readyz at 503, by reason (set at each scrape)."
+    );
+    let _ = metrics::counter!(REVOKED_TOTAL);
+    let _ = metrics::gauge!(READY);
+    for reason in NOT_READY_REASONS {
+        let _ = metrics::gauge!(NOT_READY, "reason" => reason);
     }
 }

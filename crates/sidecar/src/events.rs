@@ -46,6 +46,13 @@ use super::Node;
 /// Events a stream sent on, the first time one did, by `type`.
 pub const EVENTS_DELIVERED_TOTAL: &str = "sidecar_events_delivered_total";
 
+/// Gauge: event streams (`GET /v1/events`) open now: the game servers following this sidecar.
+pub const EVENT_STREAMS_OPEN: &str = "sidecar_event_streams_open";
+
+/// Counter: event streams ended because they fell too far behind (each comes back with
+/// `Last-Event-ID`).
+pub const EVENT_STREAMS_DROPPED_TOTAL: &str = "sidecar_event_streams_dropped_total";
+
 /// The kind of a record that is an id alone: no `event` nor `data` (no client acts on it; a
 /// client following the SSE rules keeps its id).
 const PLACE: &str = "";
@@ -264,14 +271,20 @@ struct Reading(Arc<watch::Sender<usize>>);
 
 impl Reading {
     fn new(readers: &Arc<watch::Sender<usize>>) -> Reading {
-        readers.send_modify(|open| *open += 1);
+        readers.send_modify(|open| {
+            *open += 1;
+            metrics::gauge!(EVENT_STREAMS_OPEN).set(*open as f64);
+        });
         Reading(readers.clone())
     }
 }
 
 impl Drop for Reading {
     fn drop(&mut self) {
-        self.0.send_modify(|open| *open = open.saturating_sub(1));
+        self.0.send_modify(|open| {
+            *open = open.saturating_sub(1);
+            metrics::gauge!(EVENT_STREAMS_OPEN).set(*open as f64);
+        });
     }
 }
 
@@ -287,6 +300,7 @@ fn feed(
         match receiver.recv().await {
             Ok(record) => Some((record, receiver)),
             Err(RecvError::Lagged(missed)) => {
+                metrics::counter!(EVENT_STREAMS_DROPPED_TOTAL).increment(1);
                 tracing::warn!(
                     missed,
                     "an event stream fell behind: dropped (it comes back with Last-Event-ID)"

@@ -60,7 +60,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-pub use self::events::EVENTS_DELIVERED_TOTAL;
+pub use self::events::{EVENTS_DELIVERED_TOTAL, EVENT_STREAMS_DROPPED_TOTAL, EVENT_STREAMS_OPEN};
 pub use self::nginx_cache::{NginxCache, PurgeUrlError, PURGES_TOTAL, PURGE_HEADER};
 pub use self::sessions::SESSIONS_RECLAIMED_TOTAL;
 
@@ -195,6 +195,41 @@ impl AdminNode for Node {
         } else {
             Vec::new()
         }
+    }
+
+    /// The sidecar's own metrics, at zero: events by type, the streams, nginx purges by
+    /// outcome, reclaimed sessions.
+    fn register_metrics(&self) {
+        use metrics::{describe_counter, describe_gauge};
+        describe_counter!(
+            EVENTS_DELIVERED_TOTAL,
+            "Session events a stream sent on, by type."
+        );
+        describe_gauge!(
+            EVENT_STREAMS_OPEN,
+            "Event streams (GET /v1/events) open now."
+        );
+        describe_counter!(
+            EVENT_STREAMS_DROPPED_TOTAL,
+            "Event streams ended for falling too far behind."
+        );
+        describe_counter!(
+            PURGES_TOTAL,
+            "nginx cache purges of revoked grants, by outcome."
+        );
+        describe_counter!(
+            SESSIONS_RECLAIMED_TOTAL,
+            "Sessions left behind by a game server that stopped reading, reclaimed."
+        );
+        for kind in ["revoked", "reauth_required", "resync"] {
+            let _ = metrics::counter!(EVENTS_DELIVERED_TOTAL, "type" => kind);
+        }
+        for outcome in ["purged", "absent", "failed"] {
+            let _ = metrics::counter!(PURGES_TOTAL, "outcome" => outcome);
+        }
+        let _ = metrics::gauge!(EVENT_STREAMS_OPEN);
+        let _ = metrics::counter!(EVENT_STREAMS_DROPPED_TOTAL);
+        let _ = metrics::counter!(SESSIONS_RECLAIMED_TOTAL);
     }
 }
 

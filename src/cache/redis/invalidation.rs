@@ -257,10 +257,10 @@ impl Told {
         local: &Local,
         now_ms: u64,
     ) -> Option<Revocation> {
-        tracing::trace!(
-            late_ms = now_ms.saturating_sub(self.made_at_ms),
-            "applying another node's revocation"
-        );
+        let late_ms = now_ms.saturating_sub(self.made_at_ms);
+        tracing::trace!(late_ms, "applying another node's revocation");
+        metrics::histogram!(telemetry::REVOCATION_DELAY_SECONDS)
+            .record(std::time::Duration::from_millis(late_ms));
         self.what.apply(at, local)
     }
 }

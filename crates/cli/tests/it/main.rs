@@ -11,6 +11,7 @@ mod cli;
 mod cli_serve_api;
 mod csharp;
 mod game_server;
+mod observability;
 mod operations;
 mod otlp;
 mod sidecar;
