@@ -11,5 +11,6 @@ mod cli;
 mod cli_serve_api;
 mod game_server;
 mod operations;
+mod run;
 mod sidecar;
 mod sidecar_loopback;
