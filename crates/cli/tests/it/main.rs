@@ -9,6 +9,7 @@ mod browser;
 mod check;
 mod cli;
 mod cli_serve_api;
+mod deploy_examples;
 mod game_server;
 mod operations;
 mod run;
