@@ -57,8 +57,9 @@ pub(crate) enum Command {
     Run(cmd::run::RunArgs),
 }
 
-/// The command line of this process, with `game-server --config FILE` (or `sidecar`'s) merged in; a usage error
-/// (in the flags or in the file) ends the process with exit status 2.
+/// The command line of this process, with `game-server --config FILE` (or `sidecar`'s, or
+/// `run`'s) merged in; a usage error (in the flags or in the file) ends the process with exit
+/// status 2.
 pub(crate) fn parse() -> Cli {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let matches = Cli::command().get_matches_from(&argv);
