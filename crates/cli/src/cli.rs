@@ -61,15 +61,20 @@ pub(crate) enum Command {
     Check(cmd::check::CheckArgs),
     /// Measure throughput, latency and memory against the baselines; print one table.
     Load(cmd::load::LoadArgs),
+    /// Run the sidecar, then a game server beside it once the sidecar is ready
+    /// (TOKEN_RESOLVER_URL in its environment); SIGTERM and SIGINT go to the game server, and
+    /// its exit status is this process's: `run [sidecar options] -- GAME_SERVER ARGS...`.
+    Run(cmd::run::RunArgs),
 }
 
-/// The command line of this process, with `game-server --config FILE` (or `sidecar`'s) merged in; a usage error
-/// (in the flags or in the file) ends the process with exit status 2.
+/// The command line of this process, with `game-server --config FILE` (or `sidecar`'s, or
+/// `run`'s) merged in; a usage error (in the flags or in the file) ends the process with exit
+/// status 2.
 pub(crate) fn parse() -> Cli {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let matches = Cli::command().get_matches_from(&argv);
     let config = match matches.subcommand() {
-        Some((name @ ("game-server" | "sidecar"), sub)) => {
+        Some((name @ ("game-server" | "sidecar" | "run"), sub)) => {
             (sub.get_one::<PathBuf>("config").cloned()).map(|c| (c, name, sub))
         }
         _ => None,
@@ -82,10 +87,17 @@ pub(crate) fn parse() -> Cli {
     let subcommand = command
         .find_subcommand(name)
         .expect("a subcommand that takes --config");
-    let merged = match config_file::merge(argv, &path, subcommand, sub) {
+    // `run`'s game server command line (from `--` on) stays last, after the file's flags.
+    let mut argv = argv;
+    let command_line = match argv.iter().position(|arg| arg == "--") {
+        Some(at) if name == "run" => argv.split_off(at),
+        _ => Vec::new(),
+    };
+    let mut merged = match config_file::merge(argv, &path, subcommand, sub) {
         Ok(merged) => merged,
         Err(e) => usage(&e),
     };
+    merged.argv.extend(command_line);
     let parsed = Cli::command()
         .try_get_matches_from(&merged.argv)
         .and_then(|matches| Cli::from_arg_matches(&matches));
@@ -115,6 +127,8 @@ impl Command {
             Command::Sidecar(_) => "sidecar",
             Command::Check(_) => "check",
             Command::Load(_) => "load",
+            // The process is the sidecar, with the game server as its child.
+            Command::Run(_) => "sidecar",
         }
     }
 }
@@ -129,5 +143,6 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
         Command::Sidecar(args) => cmd::sidecar::run(args).await,
         Command::Check(args) => cmd::check::run(args).await,
         Command::Load(args) => cmd::load::run(args).await,
+        Command::Run(args) => cmd::run::run(args).await,
     }
 }

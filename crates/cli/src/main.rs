@@ -5,7 +5,8 @@
 //! - `observe`: log lines on stderr, and spans over OTLP with `--otlp-endpoint`;
 //! - `cmd/`: one module per subcommand with its arguments: `serve_api`, `resolve`,
 //!   `game_server`, `check`, `demo` (the whole flow, narrated) and `load/` (the throughput and
-//!   memory harness, whose baselines it shares with the benches).
+//!   memory harness, whose baselines it shares with the benches), `run` (the sidecar, then a
+//!   game server beside it).
 
 mod cli;
 mod cmd;

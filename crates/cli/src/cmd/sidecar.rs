@@ -83,11 +83,11 @@ pub(crate) struct SidecarArgs {
     pub(crate) redis: RedisArgs,
 }
 
-/// What a started sidecar runs.
-struct Running {
-    sidecar: RunningSidecar,
-    grpc: Option<RunningGrpc>,
-    admin: Option<RunningAdmin>,
+/// What a started sidecar runs (`run` starts one too, before its game server).
+pub(super) struct Running {
+    pub(super) sidecar: RunningSidecar,
+    pub(super) grpc: Option<RunningGrpc>,
+    pub(super) admin: Option<RunningAdmin>,
 }
 
 /// Serves until SIGTERM or Ctrl-C, then drains and exits 0; exit 2 on a usage error, 1 when a
@@ -107,7 +107,13 @@ pub(crate) async fn run(args: SidecarArgs) -> ExitCode {
     let _ = stdout.flush();
     drop(stdout);
     stop.await;
-    let drain = Duration::from_secs(args.drain_secs);
+    drain(running, args.drain_secs).await;
+    ExitCode::SUCCESS
+}
+
+/// Lets requests in progress finish for up to `drain_secs`, then stops the admin listener.
+pub(super) async fn drain(running: Running, drain_secs: u64) {
+    let drain = Duration::from_secs(drain_secs);
     let _ = tokio::time::timeout(drain, async {
         if let Some(grpc) = running.grpc {
             grpc.shutdown().await;
@@ -118,12 +124,11 @@ pub(crate) async fn run(args: SidecarArgs) -> ExitCode {
     if let Some(admin) = running.admin {
         admin.shutdown().await;
     }
-    ExitCode::SUCCESS
 }
 
 /// The listeners' addresses checked, the metrics recorder, the secrets, the shared tier, then
 /// the listeners.
-async fn start(args: &SidecarArgs) -> Result<Running, StartFailed> {
+pub(super) async fn start(args: &SidecarArgs) -> Result<Running, StartFailed> {
     loopback_only(args)?;
     let metrics = Metrics::install().map_err(|e| StartFailed::fatal(e.to_string()))?;
     let revoke_secret = admin_secret().map_err(StartFailed::usage)?;
@@ -238,6 +243,13 @@ fn loopback_only(args: &SidecarArgs) -> Result<(), StartFailed> {
 
 /// What the sidecar prints once it listens.
 fn banner(args: &SidecarArgs, running: &Running) -> String {
+    let mut banner = listening(args, running);
+    banner.push_str("SIGTERM or Ctrl-C drains and stops\n");
+    banner
+}
+
+/// The banner's lines on what listens where, and the default authUrl.
+pub(super) fn listening(args: &SidecarArgs, running: &Running) -> String {
     let mut banner = format!(
         "sidecar listening on http://{} (POST /v1/resolve, GET /v1/events, DELETE /v1/sessions/ID, GET|POST /v1/authorize)\n",
         running.sidecar.local_addr()
@@ -257,6 +269,5 @@ fn banner(args: &SidecarArgs, running: &Running) -> String {
     if let Some(url) = &args.resolver.auth_url {
         banner.push_str(&format!("default authUrl {url}\n"));
     }
-    banner.push_str("SIGTERM or Ctrl-C drains and stops\n");
     banner
 }
