@@ -113,7 +113,11 @@ fn main() {
             times[which].push(time(which));
         }
     }
-    assert_eq!(upstream.calls(), 1, "every resolution after the warm-up is a hit");
+    assert_eq!(
+        upstream.calls(),
+        1,
+        "every resolution after the warm-up is a hit"
+    );
     println!(
         "\nhit with tracing: {ROUNDS} rounds x {PER_ROUND} hits of each, rotating order; \
          medians of the per-round values"

@@ -128,7 +128,8 @@ fn trace_state(headers: &HeaderMap) -> Option<TraceState> {
     let mut joined = String::new();
     for value in headers.get_all(TRACESTATE) {
         let value = value.to_str().ok()?;
-        if joined.len() + value.len() + 1 > MAX_TRACESTATE_BYTES {
+        let comma = usize::from(!joined.is_empty());
+        if joined.len() + comma + value.len() > MAX_TRACESTATE_BYTES {
             return None;
         }
         if !joined.is_empty() {
@@ -253,7 +254,14 @@ mod tests {
         assert_eq!(context.trace_state().get("a"), Some("1"));
         assert_eq!(context.trace_state().get("b"), Some("2"));
 
-        let huge = format!("a={}", "x".repeat(MAX_TRACESTATE_BYTES));
+        // One header of exactly the most kept (two entries: a value is at most 256 bytes).
+        let most = format!("a={},b={}", "x".repeat(253), "y".repeat(254));
+        assert_eq!(most.len(), MAX_TRACESTATE_BYTES);
+        let at_most = headers(&[(TRACEPARENT, VALID), (TRACESTATE, &most)]);
+        let kept = remote_context(&at_most).unwrap().trace_state().header();
+        assert_eq!(kept.len(), MAX_TRACESTATE_BYTES);
+
+        let huge = format!("a={}", "x".repeat(MAX_TRACESTATE_BYTES - 1));
         let oversized = headers(&[(TRACEPARENT, VALID), (TRACESTATE, &huge)]);
         let context = remote_context(&oversized).unwrap();
         assert_eq!(context.trace_state().header(), "");

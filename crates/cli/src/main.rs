@@ -31,13 +31,8 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let export = cli
-            .otlp_endpoint
-            .as_deref()
-            .map(|endpoint| observe::Export {
-                endpoint,
-                service: format!("token-resolver-{}", cli.command.name()),
-            });
+        let service = format!("token-resolver-{}", cli.command.name());
+        let export = observe::Export::configured(cli.otlp_endpoint.as_deref(), service);
         let telemetry = match observe::install(cli.log_format, export) {
             Ok(telemetry) => telemetry,
             Err(e) => {

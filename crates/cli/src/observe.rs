@@ -13,6 +13,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use bytes::Bytes;
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
@@ -21,7 +22,7 @@ use opentelemetry_otlp::{SpanExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
 use tracing::Level;
-use tracing_subscriber::filter::{EnvFilter, Targets};
+use tracing_subscriber::filter::EnvFilter;
 use tracing_subscriber::fmt::format::{Format, Json, JsonFields, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::layer::SubscriberExt;
@@ -38,18 +39,34 @@ pub(crate) struct Telemetry {
 }
 
 /// Where spans go, and as what service.
-pub(crate) struct Export<'a> {
-    /// The collector's base URL (`http://host:4318`); spans are POSTed to `/v1/traces` under it.
-    pub(crate) endpoint: &'a str,
+pub(crate) struct Export {
+    /// The URL spans are POSTed to.
+    traces: String,
     /// `service.name`, unless `OTEL_SERVICE_NAME` says otherwise.
-    pub(crate) service: String,
+    service: String,
+}
+
+impl Export {
+    /// Spans to `/v1/traces` under the collector's base URL `endpoint` (`--otlp-endpoint` or
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, as the OpenTelemetry specification says of the generic
+    /// setting), or else to `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as it is; `None` when neither
+    /// is set (no export).
+    pub(crate) fn configured(endpoint: Option<&str>, service: String) -> Option<Export> {
+        let traces = match endpoint {
+            Some(base) => format!("{}/v1/traces", base.trim_end_matches('/')),
+            None => std::env::var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                .ok()
+                .filter(|url| !url.is_empty())?,
+        };
+        Some(Export { traces, service })
+    }
 }
 
 /// Why spans cannot be exported as asked.
 #[derive(Debug, thiserror::Error)]
-#[error("--otlp-endpoint {endpoint:?}: {reason}")]
+#[error("--otlp-endpoint (or OTEL_EXPORTER_OTLP_ENDPOINT): spans cannot go to {url:?}: {reason}")]
 pub(crate) struct ExportError {
-    endpoint: String,
+    url: String,
     reason: String,
 }
 
@@ -60,10 +77,7 @@ pub(crate) struct ExportError {
 /// # Errors
 ///
 /// An endpoint that is not an `http://` or `https://` URL, or an exporter that cannot be built.
-pub(crate) fn install(
-    format: LogFormat,
-    export: Option<Export<'_>>,
-) -> Result<Telemetry, ExportError> {
+pub(crate) fn install(format: LogFormat, export: Option<Export>) -> Result<Telemetry, ExportError> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
     let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let logs = match format {
@@ -88,36 +102,34 @@ pub(crate) fn install(
     let provider = provider(&export)?;
     let spans = tracing_opentelemetry::layer()
         .with_tracer(provider.tracer("token-resolver"))
-        .with_filter(
-            Targets::new()
-                .with_default(Level::INFO)
-                .with_target("token_resolver", Level::DEBUG),
-        )
-        // Spans only: an event is a log line's business.
-        .with_filter(tracing_subscriber::filter::filter_fn(|meta| meta.is_span()));
+        // Spans only (an event is a log line's business): at INFO and above, and the library's
+        // own at DEBUG. A target is matched by its module path: the library's is
+        // `token_resolver` or under `token_resolver::`, not the products' `token_resolver_*`.
+        .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+            let library =
+                meta.target() == "token_resolver" || meta.target().starts_with("token_resolver::");
+            meta.is_span() && *meta.level() <= if library { Level::DEBUG } else { Level::INFO }
+        }));
     tracing_subscriber::registry().with(logs).with(spans).init();
     Ok(Telemetry {
         provider: Some(provider),
     })
 }
 
-/// The tracer provider sending batches to `export.endpoint`.
-fn provider(export: &Export<'_>) -> Result<SdkTracerProvider, ExportError> {
+/// The tracer provider sending batches to `export.traces`.
+fn provider(export: &Export) -> Result<SdkTracerProvider, ExportError> {
     let fail = |reason: String| ExportError {
-        endpoint: export.endpoint.to_owned(),
+        url: export.traces.clone(),
         reason,
     };
-    let base = url::Url::parse(export.endpoint).map_err(|e| fail(e.to_string()))?;
-    if !matches!(base.scheme(), "http" | "https") || base.host().is_none() {
+    let url = url::Url::parse(&export.traces).map_err(|e| fail(e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
         return Err(fail("not an http:// or https:// URL".into()));
     }
-    // The base URL's `/v1/traces`, as the OpenTelemetry specification says of the generic
-    // endpoint setting.
-    let traces = format!("{}/v1/traces", export.endpoint.trim_end_matches('/'));
     let exporter = SpanExporter::builder()
         .with_http()
         .with_http_client(OnRuntime::new())
-        .with_endpoint(traces)
+        .with_endpoint(export.traces.clone())
         .build()
         .map_err(|e| fail(e.to_string()))?;
     let mut resource = Resource::builder();
@@ -131,8 +143,9 @@ fn provider(export: &Export<'_>) -> Result<SdkTracerProvider, ExportError> {
 }
 
 impl Telemetry {
-    /// Sends the spans still batched and stops the exporter; bounded by the SDK's own export
-    /// timeout. Call it once the command has ended.
+    /// Sends the spans still batched and stops the exporter: at most one bounded export
+    /// ([`OnRuntime`]), and the SDK's own wait for its thread. Call it once the command has
+    /// ended.
     pub(crate) async fn shutdown(self) {
         let Some(provider) = self.provider else {
             return;
@@ -150,17 +163,36 @@ impl Telemetry {
 /// The SDK exports from a thread of its own with no runtime; an async client there finds no
 /// reactor and the thread panics (open-telemetry/opentelemetry-rust#2673, #3125). Each request
 /// is spawned onto the runtime the exporter was built in, and its end awaited from that thread.
+///
+/// Each export is bounded: the SDK puts no deadline on a call from its batch thread, so a
+/// collector that accepts and never answers would stop every later export. A request ends
+/// after `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds; 10 s by default), and a collector's answer
+/// is read up to [`MAX_ANSWER_BYTES`].
 #[derive(Debug)]
 struct OnRuntime {
     client: reqwest::Client,
     runtime: tokio::runtime::Handle,
+    timeout: Duration,
 }
+
+/// The most of a collector's answer read: an export's answer is a small protobuf message (a
+/// partial success at most).
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
 impl OnRuntime {
     fn new() -> OnRuntime {
+        let timeout = std::env::var("OTEL_EXPORTER_OTLP_TIMEOUT")
+            .ok()
+            .and_then(|ms| ms.trim().parse().ok())
+            .map_or(Duration::from_secs(10), Duration::from_millis);
         OnRuntime {
-            client: reqwest::Client::new(),
+            client: reqwest::Client::builder()
+                .timeout(timeout)
+                .no_proxy()
+                .build()
+                .unwrap_or_default(),
             runtime: tokio::runtime::Handle::current(),
+            timeout,
         }
     }
 }
@@ -174,16 +206,31 @@ impl HttpClient for OnRuntime {
         'a: 'b,
         Self: 'b,
     {
-        let client = self.client.clone();
+        let (client, timeout) = (self.client.clone(), self.timeout);
         let sent = self.runtime.spawn(async move {
-            let request = reqwest::Request::try_from(request)?;
-            let response = client.execute(request).await?;
-            let mut answer = http::Response::builder().status(response.status());
-            if let Some(headers) = answer.headers_mut() {
-                *headers = response.headers().clone();
+            let exchange = async {
+                let request = reqwest::Request::try_from(request)?;
+                let mut response = client.execute(request).await?;
+                let mut answer = http::Response::builder().status(response.status());
+                if let Some(headers) = answer.headers_mut() {
+                    *headers = response.headers().clone();
+                }
+                let mut body = Vec::new();
+                while let Some(chunk) = response.chunk().await? {
+                    if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                        return Err(format!(
+                            "the collector's answer is over {MAX_ANSWER_BYTES} bytes"
+                        )
+                        .into());
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok::<_, HttpError>(answer.body(Bytes::from(body))?)
+            };
+            match tokio::time::timeout(timeout, exchange).await {
+                Ok(answer) => answer,
+                Err(_) => Err(format!("the collector did not answer within {timeout:?}").into()),
             }
-            let body = response.bytes().await?;
-            Ok::<_, HttpError>(answer.body(body)?)
         });
         Box::pin(async move { sent.await? })
     }

@@ -42,6 +42,10 @@ impl ReceivedSpan {
 struct Received {
     spans: Vec<ReceivedSpan>,
     bodies: Vec<Bytes>,
+    /// Requests taken so far, answered or not.
+    requests: usize,
+    /// How many first requests are never answered (a collector that accepts and hangs).
+    hang_first: usize,
 }
 
 /// The receiver; it stops when dropped.
@@ -53,7 +57,16 @@ pub struct OtlpReceiver {
 
 impl OtlpReceiver {
     pub async fn start() -> OtlpReceiver {
-        let received = Arc::new(Mutex::new(Received::default()));
+        OtlpReceiver::hanging_first(0).await
+    }
+
+    /// A receiver that takes its first `requests` requests and never answers them (nor closes
+    /// their connections); it answers the later ones as [`start`](Self::start)'s does.
+    pub async fn hanging_first(requests: usize) -> OtlpReceiver {
+        let received = Arc::new(Mutex::new(Received {
+            hang_first: requests,
+            ..Received::default()
+        }));
         let app = Router::new()
             .route("/v1/traces", post(receive))
             .with_state(received.clone());
@@ -72,6 +85,11 @@ impl OtlpReceiver {
     /// The base URL an exporter is given (`--otlp-endpoint`).
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Requests taken so far, the hanging ones included.
+    pub fn requests(&self) -> usize {
+        self.received.lock().unwrap().requests
     }
 
     pub fn spans(&self) -> Vec<ReceivedSpan> {
@@ -100,6 +118,14 @@ async fn receive(
     headers: HeaderMap,
     body: Bytes,
 ) -> (StatusCode, Vec<u8>) {
+    let hang = {
+        let mut received = received.lock().unwrap();
+        received.requests += 1;
+        received.requests <= received.hang_first
+    };
+    if hang {
+        std::future::pending::<()>().await;
+    }
     let protobuf = headers
         .get("content-type")
         .is_some_and(|v| v.as_bytes() == b"application/x-protobuf");

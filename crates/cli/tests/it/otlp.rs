@@ -33,6 +33,63 @@ fn traceparent(api: &Scripted, call: usize) -> (String, String) {
     (parts[1].to_owned(), parts[2].to_owned())
 }
 
+/// A `token-resolver sidecar` exporting to `receiver`, resolving at `api`, logging JSON at
+/// DEBUG for the library on a piped stderr; `env` adds to its environment.
+fn sidecar(api: &Scripted, receiver: &OtlpReceiver, env: &[(&str, &str)]) -> SidecarProcess {
+    let mut command = SidecarProcess::command(&["--auth-url", &api.url()]);
+    command
+        .args([
+            "--otlp-endpoint",
+            &receiver.endpoint(),
+            "--log-format",
+            "json",
+        ])
+        .env("RUST_LOG", "token_resolver=debug,warn")
+        .env_remove("OTEL_SERVICE_NAME")
+        .envs(env.iter().copied())
+        .stderr(Stdio::piped());
+    SidecarProcess::spawn(command)
+}
+
+/// `POST /v1/resolve` of `token` at `sidecar`, with `traceparent` if given; its status.
+async fn resolve(sidecar: &SidecarProcess, token: &str, traceparent: Option<&str>) -> u16 {
+    let url = format!("http://{}/v1/resolve", sidecar.addr("sidecar listening"));
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .json(&json!({ "access_token": token }));
+    if let Some(traceparent) = traceparent {
+        request = request.header("traceparent", traceparent);
+    }
+    request.send().await.unwrap().status().as_u16()
+}
+
+/// SIGTERM, the exit awaited (at most 15 s: a drain, and the last export), and what the process
+/// wrote on stderr.
+async fn stop(sidecar: &mut SidecarProcess) -> String {
+    let mut stderr = sidecar.child.stderr.take().unwrap();
+    // Read beside the wait, so that a process that does not exit fails the wait, not a read.
+    let reader = std::thread::spawn(move || {
+        let mut logs = String::new();
+        let _ = stderr.read_to_string(&mut logs);
+        logs
+    });
+    let status = Command::new("kill")
+        .args(["-TERM", &sidecar.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    support::eventually_within(
+        "the sidecar exits after SIGTERM",
+        Duration::from_secs(15),
+        || {
+            let exited = sidecar.child.try_wait().unwrap().is_some();
+            async move { exited }
+        },
+    )
+    .await;
+    reader.join().unwrap()
+}
+
 fn named<'a>(spans: &'a [ReceivedSpan], trace: &str, name: &str) -> Vec<&'a ReceivedSpan> {
     (spans.iter())
         .filter(|s| s.trace_id == trace && s.name == name)
@@ -50,35 +107,10 @@ async fn a_callers_trace_reaches_the_integrator_and_the_collector_with_no_token(
         }
     })
     .await;
-    let mut command = SidecarProcess::command(&["--auth-url", &api.url()]);
-    command
-        .args([
-            "--otlp-endpoint",
-            &receiver.endpoint(),
-            "--log-format",
-            "json",
-        ])
-        .env("RUST_LOG", "token_resolver=debug,warn")
-        // Batches go out every 100 ms rather than every 5 s.
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .env_remove("OTEL_SERVICE_NAME")
-        .stderr(Stdio::piped());
-    let mut sidecar = SidecarProcess::spawn(command);
-    let url = format!("http://{}/v1/resolve", sidecar.addr("sidecar listening"));
-    let client = reqwest::Client::new();
-
-    let answer = client
-        .post(&url)
-        .header("traceparent", format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"))
-        .json(&json!({ "access_token": TOKEN }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 200);
-    assert_eq!(
-        answer.json::<serde_json::Value>().await.unwrap()["user"]["id"],
-        7
-    );
+    // Batches go out every 100 ms rather than every 5 s.
+    let mut sidecar = sidecar(&api, &receiver, &[("OTEL_BSP_SCHEDULE_DELAY", "100")]);
+    let caller = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+    assert_eq!(resolve(&sidecar, TOKEN, Some(&caller)).await, 200);
     assert_eq!(api.requests(), 2, "one call, retried once");
     let (first_trace, first_parent) = traceparent(&api, 0);
     let (second_trace, second_parent) = traceparent(&api, 1);
@@ -90,13 +122,7 @@ async fn a_callers_trace_reaches_the_integrator_and_the_collector_with_no_token(
     assert_ne!(first_parent, second_parent, "each try is a span of its own");
 
     // A request that brings no trace starts one.
-    let answer = client
-        .post(&url)
-        .json(&json!({ "access_token": "another-token-77" }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 200);
+    assert_eq!(resolve(&sidecar, "another-token-77", None).await, 200);
     let (new_trace, _) = traceparent(&api, 2);
     assert_ne!(new_trace, CALLER_TRACE);
 
@@ -142,16 +168,7 @@ async fn a_callers_trace_reaches_the_integrator_and_the_collector_with_no_token(
     assert_eq!(fresh.len(), 1);
     assert_eq!(fresh[0].parent_span_id, "", "a root span");
 
-    // Drained on SIGTERM: its exit flushes what is left, and ends the log.
-    let status = Command::new("kill")
-        .args(["-TERM", &sidecar.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let mut logs = String::new();
-    (sidecar.child.stderr.take().unwrap())
-        .read_to_string(&mut logs)
-        .unwrap();
+    let logs = stop(&mut sidecar).await;
     let retry = logs
         .lines()
         .find(|line| line.contains("retrying the auth call"))
@@ -185,4 +202,48 @@ fn an_otlp_endpoint_that_is_no_http_url_is_a_usage_error() {
         stderr.contains("--otlp-endpoint") && stderr.contains("http://"),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_still_batched_at_exit_are_sent_before_the_process_ends() {
+    let receiver = OtlpReceiver::start().await;
+    let api = Scripted::start(|_, _| async { user_answer(7, "alice") }).await;
+    // No batch is due for a minute: only the exit's flush can send the span.
+    let mut sidecar = sidecar(&api, &receiver, &[("OTEL_BSP_SCHEDULE_DELAY", "60000")]);
+    assert_eq!(resolve(&sidecar, TOKEN, None).await, 200);
+    assert_eq!(receiver.requests(), 0, "nothing exported before the exit");
+    stop(&mut sidecar).await;
+    let spans = receiver.spans();
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.name == "resolve" && s.attribute("outcome") == Some("miss")),
+        "{spans:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_never_answers_costs_one_export_not_every_later_one() {
+    // The first export is taken and never answered; the SDK's batch thread would wait on it for
+    // ever without the exporter's own deadline.
+    let receiver = OtlpReceiver::hanging_first(1).await;
+    let api = Scripted::start(|_, _| async { user_answer(7, "alice") }).await;
+    let env = [
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "300"),
+    ];
+    let mut sidecar = sidecar(&api, &receiver, &env);
+    assert_eq!(resolve(&sidecar, TOKEN, None).await, 200);
+    support::eventually_within("the first export taken", Duration::from_secs(10), || {
+        let taken = receiver.requests() >= 1;
+        async move { taken }
+    })
+    .await;
+    assert_eq!(resolve(&sidecar, "another-token-77", None).await, 200);
+    support::eventually_within("a later export answered", Duration::from_secs(10), || {
+        let exported = receiver.spans().iter().any(|s| s.name == "resolve");
+        async move { exported }
+    })
+    .await;
+    stop(&mut sidecar).await;
 }
