@@ -238,6 +238,19 @@ fn a_restart_during_the_revocation_extends_only_its_own_process() {
     let report = check(&h.events, &Bounds::default());
     let v = only(&report, Invariant::LateAdmission);
     assert_eq!(v.events[1].line, late);
+    // Past the recovery after that restart, node-1 is late too: late, not lost over a restart
+    // that came before the ban had to hold.
+    h.admit(
+        OpKind::Authorize,
+        "node-1",
+        ms(12_000),
+        ms(12_001),
+        "t1",
+        None,
+    );
+    let report = check(&h.events, &Bounds::default());
+    assert_eq!(report.violation_count, 2, "{report}");
+    assert_eq!(report.of(Invariant::LateAdmission).count(), 2, "{report}");
 }
 
 /// Unban re-allows: a token from a login after the unban is admitted; the banned token is not.
@@ -255,6 +268,21 @@ fn an_unban_then_a_new_login_admits_but_the_banned_token_stays_revoked() {
     let old = h.line();
     let report = check(&h.events, &Bounds::default());
     assert_eq!(only(&report, Invariant::LateAdmission).events[1].line, old);
+}
+
+/// A login under way when an unban began may have been answered after it: its token is not
+/// taken for one the ban revoked, though the login began before the ban's acknowledgement.
+#[test]
+fn a_login_under_way_when_an_unban_began_is_not_held_to_the_ban() {
+    let mut h = H::default();
+    h.ban(ms(90), ms(100), 7).unban(ms(1000), ms(1001), 7);
+    h.login(ms(1100), "t2", 7);
+    if let token_resolver_chaos::Kind::Op(op) = &mut h.events.last_mut().unwrap().kind {
+        op.start_us = ms(95);
+    }
+    h.admit(OpKind::Authorize, "sidecar", ms(1200), ms(1201), "t2", None);
+    let report = check(&h.events, &Bounds::default());
+    assert!(report.is_ok(), "{report}");
 }
 
 /// A link frozen while a ban travels: node-2 may admit until 10 s after the heal, not later;
