@@ -102,6 +102,8 @@ fn a_session_never_closed_is_reported() {
     h.login(ms(1), "t1", 7)
         .connect("node-1", ms(10), ms(12), "t1", "s1");
     let connect = h.line();
+    // Told before the ban began: no answer to it.
+    h.told(ms(50), "node-1", None, SessionEventKind::Resync);
     h.ban(ms(90), ms(100), 7);
     let ban = h.line();
     let report = check(&h.events, &Bounds::default());
@@ -196,6 +198,21 @@ fn a_kick_in_a_lost_channel_is_forgiven_only_within_the_stated_rate() {
     let strict = check(&h.events, &Bounds::default());
     let v = only(&strict, Invariant::SpuriousKick);
     assert!(v.explanation.contains("f1"), "{}", v.explanation);
+    // Half of two sessions is one kick: a second one is not forgiven.
+    h.told(ms(5000), "node-1", Some("s1"), SessionEventKind::Kicked);
+    let report = check(
+        &h.events,
+        &Bounds {
+            spurious_kick_rate: 0.5,
+            ..Bounds::default()
+        },
+    );
+    assert_eq!(
+        (report.kicks_tolerated, report.violation_count),
+        (1, 1),
+        "{report}"
+    );
+    h.events.pop();
     let lenient = Bounds {
         spurious_kick_rate: 0.5,
         ..Bounds::default()
@@ -268,6 +285,18 @@ fn an_unban_then_a_new_login_admits_but_the_banned_token_stays_revoked() {
     let old = h.line();
     let report = check(&h.events, &Bounds::default());
     assert_eq!(only(&report, Invariant::LateAdmission).events[1].line, old);
+}
+
+/// A revocation of a user names the tokens they held then, not those of a later login.
+#[test]
+fn a_user_revocation_does_not_name_a_later_login() {
+    let mut h = H::default();
+    h.login(ms(1), "t1", 7)
+        .revoke_user("node-1", ms(95), ms(100), 7)
+        .login(ms(500), "t2", 7);
+    h.connect("node-1", ms(600), ms(601), "t2", "s2");
+    let report = check(&h.events, &Bounds::default());
+    assert!(report.is_ok(), "{report}");
 }
 
 /// A login under way when an unban began may have been answered after it: its token is not
