@@ -97,10 +97,11 @@ pub fn check(events: &[Event], bounds: &Bounds) -> Report {
 struct Window {
     /// The moment from which it must hold.
     end: u64,
-    /// Which bound made `end`, and the time it counts from.
+    /// Which bound made `end`, and the time it counts from: the acknowledgement, or the heal
+    /// of the fault that set `end` (the acknowledgement when it came after the heal).
     kind: BoundKind,
     from: u64,
-    /// The bound's length.
+    /// `end - from`: the bound a delay counted from `from` is held to.
     bound: u64,
     /// The line of the fault whose heal set `end`, when one did.
     fault_line: Option<usize>,
@@ -163,11 +164,15 @@ impl Judge<'_> {
                     return None;
                 };
                 if end.saturating_add(recovery) > w.end {
+                    // Counted from the heal, or from the acknowledgement when that came after
+                    // it: a delay is the revocation's, not the fault's.
+                    let from = end.max(rev.reference);
+                    let until = end.saturating_add(recovery);
                     w = Window {
-                        end: end.saturating_add(recovery),
+                        end: until,
                         kind: BoundKind::Recovery,
-                        from: end,
-                        bound: recovery,
+                        from,
+                        bound: until - from,
                         fault_line: Some(line),
                     };
                     extended = true;
@@ -188,7 +193,9 @@ impl Judge<'_> {
     /// The revocations naming `token`, acknowledged, by index.
     fn naming(&self, token: &TokenId) -> Vec<usize> {
         let model = self.model;
-        (0..model.revocations.len())
+        model
+            .revocations_of(token)
+            .into_iter()
             .filter(|&r| {
                 model.revocations[r].acknowledged && model.names(&model.revocations[r], token)
             })
@@ -352,7 +359,8 @@ impl Judge<'_> {
     fn kicks(&mut self, report: &mut Report) {
         let model = self.model;
         let recovery = micros(self.bounds.recovery);
-        let mut forgiven: HashMap<usize, usize> = HashMap::new();
+        // Per lost channel (fault index): the kicks it may excuse, and those it excused.
+        let mut forgiven: HashMap<usize, (usize, usize)> = HashMap::new();
         for session in &model.sessions {
             for kick in session
                 .told
@@ -371,23 +379,26 @@ impl Judge<'_> {
                             .is_none_or(|(end, _)| kick.t_us <= end.saturating_add(recovery))
                 });
                 if let Some((k, f)) = window {
-                    let live = model
-                        .sessions
-                        .iter()
-                        .filter(|s| {
-                            f.affects(&s.process)
-                                && s.opened <= f.begin
-                                && s.ended.is_none_or(|e| e > f.begin)
-                        })
-                        .count();
-                    #[allow(
-                        clippy::cast_precision_loss,
-                        clippy::cast_possible_truncation,
-                        clippy::cast_sign_loss
-                    )]
-                    let allowed = (live as f64 * self.bounds.spurious_kick_rate).floor() as usize;
-                    let used = forgiven.entry(k).or_default();
-                    if *used < allowed {
+                    let rate = self.bounds.spurious_kick_rate;
+                    let (allowed, used) = forgiven.entry(k).or_insert_with(|| {
+                        let live = model
+                            .sessions
+                            .iter()
+                            .filter(|s| {
+                                f.affects(&s.process)
+                                    && s.opened <= f.begin
+                                    && s.ended.is_none_or(|e| e > f.begin)
+                            })
+                            .count();
+                        #[allow(
+                            clippy::cast_precision_loss,
+                            clippy::cast_possible_truncation,
+                            clippy::cast_sign_loss
+                        )]
+                        let allowed = (live as f64 * rate).floor() as usize;
+                        (allowed, 0)
+                    });
+                    if *used < *allowed {
                         *used += 1;
                         report.kicks_tolerated += 1;
                         continue;

@@ -156,6 +156,13 @@ pub(crate) struct Model {
     pub(crate) sessions: Vec<Session>,
     pub(crate) admissions: Vec<Admission>,
     pub(crate) operations: usize,
+    /// Indexes, so that an hour's history is judged in seconds: revocations by what they
+    /// name, tokens by user and by login session.
+    by_token: HashMap<TokenId, Vec<usize>>,
+    by_user: HashMap<i64, Vec<usize>>,
+    by_sid: HashMap<String, Vec<usize>>,
+    tokens_of_user: HashMap<i64, Vec<TokenId>>,
+    tokens_of_sid: HashMap<String, Vec<TokenId>>,
 }
 
 impl Model {
@@ -341,7 +348,54 @@ impl Model {
                 }
             }
         }
+        model.index();
         model
+    }
+
+    fn index(&mut self) {
+        for (r, rev) in self.revocations.iter().enumerate() {
+            match &rev.target {
+                Target::Token(t) => self.by_token.entry(t.clone()).or_default().push(r),
+                Target::User(u) => self.by_user.entry(*u).or_default().push(r),
+                Target::Session { sid, .. } => self.by_sid.entry(sid.clone()).or_default().push(r),
+                Target::All => {}
+            }
+        }
+        for (token, info) in &self.tokens {
+            if let Some(u) = info.user {
+                self.tokens_of_user
+                    .entry(u)
+                    .or_default()
+                    .push(token.clone());
+            }
+            if let Some(sid) = &info.sid {
+                self.tokens_of_sid
+                    .entry(sid.clone())
+                    .or_default()
+                    .push(token.clone());
+            }
+        }
+    }
+
+    /// The revocations that may name `token` (those that do among them: [`Self::names`]),
+    /// by index, in time order.
+    pub(crate) fn revocations_of(&self, token: &TokenId) -> Vec<usize> {
+        let info = self.tokens.get(token);
+        let mut found: Vec<usize> = self
+            .by_token
+            .get(token)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
+        if let Some(u) = info.and_then(|i| i.user) {
+            found.extend(self.by_user.get(&u).into_iter().flatten());
+        }
+        if let Some(sid) = info.and_then(|i| i.sid.as_ref()) {
+            found.extend(self.by_sid.get(sid).into_iter().flatten());
+        }
+        found.sort_unstable();
+        found
     }
 
     /// Whether revocation `r` names `token` (a ban covers the tokens issued before it took
@@ -372,18 +426,8 @@ impl Model {
         match &r.target {
             Target::Token(t) => vec![t.clone()],
             Target::All => Vec::new(),
-            Target::User(u) => self
-                .tokens
-                .iter()
-                .filter(|(_, i)| i.user == Some(*u))
-                .map(|(t, _)| t.clone())
-                .collect(),
-            Target::Session { sid, .. } => self
-                .tokens
-                .iter()
-                .filter(|(_, i)| i.sid.as_ref() == Some(sid))
-                .map(|(t, _)| t.clone())
-                .collect(),
+            Target::User(u) => self.tokens_of_user.get(u).cloned().unwrap_or_default(),
+            Target::Session { sid, .. } => self.tokens_of_sid.get(sid).cloned().unwrap_or_default(),
         }
     }
 

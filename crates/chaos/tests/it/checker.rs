@@ -504,4 +504,18 @@ fn a_fault_healed_just_before_the_ack_still_extends_the_window() {
         only(&report, Invariant::LateAdmission).bound,
         Some(Duration::from_millis(250))
     );
+    // Counted from the acknowledgement (100 ms), which came after the heal (80 ms): 14.9 s
+    // against the 9.98 s left of the recovery then.
+    h.admit(
+        OpKind::Resolve,
+        "node-2",
+        ms(15_000),
+        ms(15_001),
+        "t1",
+        None,
+    );
+    let report = check(&h.events, &Bounds::default());
+    let v = only(&report, Invariant::LateAdmission);
+    assert_eq!(v.delay, Some(Duration::from_millis(14_900)));
+    assert_eq!(v.bound, Some(Duration::from_millis(9_980)));
 }
