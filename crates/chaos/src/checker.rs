@@ -1,4 +1,5 @@
-//! The invariants of issue 34, judged over a history's [`Model`]. It owns their semantics:
+//! The invariants of issue 34, judged over what `model` reads out of a history. It owns
+//! their semantics:
 //!
 //! - **When a revocation holds.** A revocation counts from its acknowledgement: the event
 //!   time of a logout, ban or `POST /admin/revoke` answered `ok` (the integrator's or the admin
@@ -25,6 +26,8 @@
 //!   session the session held. Within a lost channel's window (a Redis kill, a frozen or
 //!   refused link, a process kill, until `recovery` after the heal) up to
 //!   [`Bounds::spurious_kick_rate`] of the sessions live at the loss are forgiven.
+//! - **Everything**: a `revoke` of `all` empties caches and makes sessions re-check; it binds
+//!   no admission and names no session, but it explains any kick after it.
 //! - **Restarts**: a late admission on a process restarted (a `process_killed` fault healed)
 //!   after the revocation's window had ended is reported as lost over the restart.
 //!
@@ -36,7 +39,6 @@ use std::time::Duration;
 use crate::bounds::{micros, Bounds};
 use crate::history::{Event, FaultKind, SessionEventKind, TokenId};
 use crate::model::{Model, Revocation, Session};
-
 use crate::report::{BoundKind, EventRef, Invariant, Report, Violation, Worst};
 
 /// Checks a history against the invariants, with these bounds.

@@ -211,7 +211,8 @@ pub enum Outcome {
     Failed,
 }
 
-/// A token's `exp` passed.
+/// A token's `exp` passed. The event's `t_us` is the `exp` on the run's clock, its process the
+/// integrator that issued the token (`api`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Expiry {

@@ -116,12 +116,12 @@ pub struct Report {
     pub revocations: usize,
     /// Sessions opened.
     pub sessions: usize,
-    /// Sessions kicked, and of those, kicks tolerated after a lost channel.
+    /// Kicks seen (`kicked`, or `closed` for `revoked` or `token_rejected`).
     pub kicks: usize,
     /// Kicks with no revocation behind them, forgiven within the tolerated rate.
     pub kicks_tolerated: usize,
-    /// Revocations whose bound never ended, because a fault open over them never healed in
-    /// the history: nothing after them could be judged.
+    /// Revocations that an admission or a session had to be judged against on some process,
+    /// but whose window there never ended: a fault open over it never healed in the history.
     pub unjudged: usize,
     /// The worst delay seen against each bound.
     pub worst: Vec<Worst>,
