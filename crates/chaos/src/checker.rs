@@ -283,7 +283,11 @@ impl Judge<'_> {
         let mut by_token: HashMap<&TokenId, Vec<&Session>> = HashMap::new();
         for session in &model.sessions {
             for held in &session.tokens {
-                by_token.entry(&held.token).or_default().push(session);
+                let holders = by_token.entry(&held.token).or_default();
+                // A token held twice (t1, t2, t1 again) names the session once.
+                if !holders.last().is_some_and(|s| std::ptr::eq(*s, session)) {
+                    holders.push(session);
+                }
             }
         }
         for (r, rev) in model.revocations.iter().enumerate() {

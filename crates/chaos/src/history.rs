@@ -97,7 +97,8 @@ pub struct Op {
     /// admission answered, where known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<i64>,
-    /// The client's session: a game connection, or the sidecar session a resolve names.
+    /// The client's session: a game connection, or the sidecar session a resolve names. The
+    /// run makes its ids unique within the run (`g17`, `c17`), whatever process holds them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
     /// The integrator's login session (its `sid`), on login and logout, and a revoke of one
@@ -154,7 +155,8 @@ pub enum OpKind {
     Resolve,
     /// The sidecar's `/v1/authorize` (`token`, optional `auth_url`).
     Authorize,
-    /// The integrator's logout (`token`, and/or its login session `sid`).
+    /// The integrator's logout: of `token`; or, without one, of every token of login
+    /// session `sid`.
     Logout,
     /// The integrator bans `user`: all their tokens.
     Ban,

@@ -519,3 +519,34 @@ fn a_fault_healed_just_before_the_ack_still_extends_the_window() {
     assert_eq!(v.delay, Some(Duration::from_millis(14_900)));
     assert_eq!(v.bound, Some(Duration::from_millis(9_980)));
 }
+
+/// A logout that names a login session revokes every token that login took, and no other of
+/// the same user's.
+#[test]
+fn a_logout_of_a_login_session_names_each_of_its_tokens() {
+    let mut h = H::default();
+    h.login(ms(1), "t1", 7)
+        .login(ms(2), "t2", 7)
+        .login(ms(3), "t3", 7);
+    for (event, sid) in h.events.iter_mut().zip(["l1", "l1", "l2"]) {
+        if let token_resolver_chaos::Kind::Op(op) = &mut event.kind {
+            op.sid = Some(sid.to_owned());
+        }
+    }
+    let mut logout =
+        token_resolver_chaos::Op::new(OpKind::Logout, ms(90), token_resolver_chaos::Outcome::Ok);
+    logout.user = Some(7);
+    logout.sid = Some("l1".to_owned());
+    h.push(ms(100), "api", token_resolver_chaos::Kind::Op(logout));
+    h.admit(OpKind::Authorize, "sidecar", ms(1000), ms(1001), "t3", None);
+    h.admit(OpKind::Authorize, "sidecar", ms(1000), ms(1001), "t2", None);
+    let late = h.line();
+    let report = check(&h.events, &Bounds::default());
+    let v = only(&report, Invariant::LateAdmission);
+    assert_eq!(v.events[1].line, late);
+    assert!(
+        v.explanation.contains("login session l1 of user 7"),
+        "{}",
+        v.explanation
+    );
+}
