@@ -578,15 +578,18 @@ async fn the_csharp_client_checks_pass_against_a_real_sidecar() {
         "json_refuses",
         "json_quote_round_trips",
         "resolve_answers_the_user",
+        "resolve_through_the_callers_http_client",
         "resolve_with_a_session_then_its_refresh",
         "a_refused_token_carries_the_code_and_not_the_token",
         "a_bad_session_names_the_field",
         "forget_escapes_the_session",
         "no_sidecar_is_sidecar_unavailable",
         "a_silent_sidecar_is_bounded_by_request_timeout",
+        "an_answer_past_the_bound_is_sidecar_bad_answer",
         "events_stop_on_cancel_and_run_again",
         "events_parse_the_stream_and_resync_on_what_they_cannot_read",
         "a_silent_stream_is_lost_and_tried_again_with_backoff",
+        "a_stream_past_the_bound_is_lost_with_a_resync",
     ] {
         let passed = format!("ok {check}");
         assert!(stdout.lines().any(|l| l == passed), "{check}: {stdout}");
