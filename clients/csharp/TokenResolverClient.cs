@@ -71,8 +71,8 @@ namespace TokenResolver
         /// did not answer within <see cref="TokenResolverClient.RequestTimeout"/>. Retryable.</summary>
         public const string SidecarUnavailable = "sidecar_unavailable";
 
-        /// <summary>The code of an answer this client cannot read (not the sidecar's JSON, or
-        /// an unexpected status).</summary>
+        /// <summary>The code of an answer this client cannot read (not the sidecar's JSON, an
+        /// unexpected status, or longer than 64 KiB). Not retryable.</summary>
         public const string SidecarBadAnswer = "sidecar_bad_answer";
 
         internal TokenResolverException(string code, int status, string message, bool retryable,
@@ -130,8 +130,10 @@ namespace TokenResolver
         /// base URL.</summary>
         public const string BaseUrlVariable = "TOKEN_RESOLVER_URL";
 
-        /// <summary>The largest answer read, in bytes: the sidecar's are far smaller.</summary>
-        const int MaxAnswerBytes = 64 * 1024;
+        /// <summary>The largest answer read, in bytes: the sidecar's are far smaller. It bounds
+        /// each event of the stream too (a line, and an event's data), as the sidecar's are as
+        /// small.</summary>
+        internal const int MaxAnswerBytes = 64 * 1024;
 
         /// <summary>Connections to the sidecar at once: Mono and .NET Framework allow 2 per host
         /// by default, and the event stream holds one for as long as it is followed.</summary>
@@ -161,7 +163,8 @@ namespace TokenResolver
         /// <summary>A client of the sidecar at <paramref name="baseUrl"/> through
         /// <paramref name="http"/>, which the caller keeps and disposes; null for one of its
         /// own. Its <c>Timeout</c> should be infinite: the event stream stays open, and each
-        /// call is bounded by <see cref="RequestTimeout"/>.</summary>
+        /// call is bounded by <see cref="RequestTimeout"/>. Answers are read with this client's
+        /// bound of 64 KiB whatever its <c>MaxResponseContentBufferSize</c>.</summary>
         /// <exception cref="ArgumentException">The URL is not absolute http or https.</exception>
         public TokenResolverClient(string baseUrl, HttpClient http)
         {
@@ -183,11 +186,7 @@ namespace TokenResolver
                 return;
             }
             var handler = new HttpClientHandler { UseProxy = false, AllowAutoRedirect = false };
-            this.http = new HttpClient(handler)
-            {
-                Timeout = System.Threading.Timeout.InfiniteTimeSpan,
-                MaxResponseContentBufferSize = MaxAnswerBytes,
-            };
+            this.http = new HttpClient(handler) { Timeout = System.Threading.Timeout.InfiniteTimeSpan };
             this.http.DefaultRequestHeaders.ExpectContinue = false;
             ownsHttp = true;
 #if !NET5_0_OR_GREATER
@@ -342,7 +341,9 @@ namespace TokenResolver
         }
 
         /// <summary>Sends <paramref name="request"/> and reads the whole answer within
-        /// <see cref="RequestTimeout"/>.</summary>
+        /// <see cref="RequestTimeout"/>, at most <see cref="MaxAnswerBytes"/> of it: the body is
+        /// read here with that bound, whatever the HttpClient's own buffer limit (a caller's
+        /// HttpClient has 2 GB). An answer past it is <c>sidecar_bad_answer</c>.</summary>
         async Task<Answer> SendAsync(HttpRequestMessage request, string what, CancellationToken cancellationToken)
         {
             using (var bounded = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken))
@@ -350,25 +351,45 @@ namespace TokenResolver
                 bounded.CancelAfter(RequestTimeout);
                 try
                 {
-                    using (var response = await http.SendAsync(request, HttpCompletionOption.ResponseContentRead, bounded.Token).ConfigureAwait(false))
+                    using (var response = await http.SendAsync(request, HttpCompletionOption.ResponseHeadersRead, bounded.Token).ConfigureAwait(false))
+                    // Mono does not stop a body's read when its token is cancelled: closing the
+                    // answer does.
+                    using (bounded.Token.Register(response.Dispose))
                     {
-                        var bytes = await response.Content.ReadAsByteArrayAsync().ConfigureAwait(false);
+                        var status = (int)response.StatusCode;
+                        var bytes = await ReadBoundedAsync(response.Content, what, status, bounded.Token).ConfigureAwait(false);
                         var retryAfter = response.Headers.RetryAfter;
                         return new Answer
                         {
-                            Status = (int)response.StatusCode,
+                            Status = status,
                             Body = new UTF8Encoding(false, true).GetString(bytes),
                             RetryAfter = retryAfter == null ? null : retryAfter.Delta,
                         };
                     }
                 }
-                catch (OperationCanceledException e)
+                catch (TokenResolverException)
                 {
+                    throw;
+                }
+                catch (DecoderFallbackException e)
+                {
+                    throw new TokenResolverException(TokenResolverException.SidecarBadAnswer, 0,
+                        what + ": the sidecar's answer is not UTF-8", false, null, null, e);
+                }
+                catch (Exception e) when (bounded.IsCancellationRequested)
+                {
+                    // Cancelled or out of time, whether the wait or the read (ended by closing
+                    // the answer) noticed first.
                     if (cancellationToken.IsCancellationRequested)
                     {
-                        throw;
+                        throw e as OperationCanceledException ?? new OperationCanceledException(cancellationToken);
                     }
                     throw Unavailable(what, "the sidecar did not answer within " + Seconds(RequestTimeout), e);
+                }
+                catch (OperationCanceledException e)
+                {
+                    // The Timeout of a caller's HttpClient, shorter than RequestTimeout.
+                    throw Unavailable(what, "the sidecar did not answer within the HttpClient's Timeout", e);
                 }
                 catch (HttpRequestException e)
                 {
@@ -382,12 +403,44 @@ namespace TokenResolver
                 {
                     throw Unavailable(what, "the sidecar could not be reached", e);
                 }
-                catch (DecoderFallbackException e)
+            }
+        }
+
+        /// <summary>The body of an answer, read up to <see cref="MaxAnswerBytes"/>.</summary>
+        /// <exception cref="TokenResolverException"><c>sidecar_bad_answer</c>: the body is
+        /// longer, by its <c>Content-Length</c> or as it is read.</exception>
+        static async Task<byte[]> ReadBoundedAsync(HttpContent content, string what, int status, CancellationToken cancellationToken)
+        {
+            var declared = content.Headers.ContentLength;
+            if (declared > MaxAnswerBytes)
+            {
+                throw TooLong(what, status);
+            }
+            var body = new MemoryStream(declared.HasValue ? (int)declared.Value : 1024);
+            var chunk = new byte[8192];
+            using (var stream = await content.ReadAsStreamAsync().ConfigureAwait(false))
+            {
+                for (;;)
                 {
-                    throw new TokenResolverException(TokenResolverException.SidecarBadAnswer, 0,
-                        what + ": the sidecar's answer is not UTF-8", false, null, null, e);
+                    var n = await stream.ReadAsync(chunk, 0, chunk.Length, cancellationToken).ConfigureAwait(false);
+                    if (n == 0)
+                    {
+                        return body.ToArray();
+                    }
+                    if (body.Length + n > MaxAnswerBytes)
+                    {
+                        throw TooLong(what, status);
+                    }
+                    body.Write(chunk, 0, n);
                 }
             }
+        }
+
+        static TokenResolverException TooLong(string what, int status)
+        {
+            return new TokenResolverException(TokenResolverException.SidecarBadAnswer, status,
+                what + ": the sidecar's answer is longer than " + MaxAnswerBytes.ToString(CultureInfo.InvariantCulture) + " bytes",
+                false, null, null, null);
         }
 
         static string Seconds(TimeSpan span)
@@ -620,6 +673,15 @@ namespace TokenResolver
                             break;
                         }
                         reason = Describe(e);
+                        if (e is StreamTooLongException)
+                        {
+                            // Whatever it held is lost: the sessions are resolved again, and
+                            // the stream comes back without the id before it, which would make
+                            // the sidecar send the same again. (A stream opened without an id
+                            // is sent what no stream was sent yet.)
+                            LastEventId = null;
+                            Raise(Resync, new ResyncEventArgs(null));
+                        }
                     }
                     failures = heard ? 1 : failures + 1;
                     var delay = Backoff(failures);
@@ -695,9 +757,9 @@ namespace TokenResolver
                             + " without an event stream", status == 503, null, null, null);
                     }
                     Raise(Connected, EventArgs.Empty);
-                    var stream = await response.Content.ReadAsStreamAsync().ConfigureAwait(false);
-                    using (var reader = new StreamReader(stream, new UTF8Encoding(false), false, 4096))
+                    using (var stream = await response.Content.ReadAsStreamAsync().ConfigureAwait(false))
                     {
+                        var reader = new EventLineReader(stream, TokenResolverClient.MaxAnswerBytes);
                         await ReadEventsAsync(reader, response, cancellationToken).ConfigureAwait(false);
                     }
                 }
@@ -705,8 +767,10 @@ namespace TokenResolver
         }
 
         /// <summary>Reads the stream's records (SSE: <c>id</c>, <c>event</c>, <c>data</c>
-        /// fields, comments, a blank line ending each) and dispatches each.</summary>
-        async Task ReadEventsAsync(StreamReader reader, HttpResponseMessage response, CancellationToken cancellationToken)
+        /// fields, comments, a blank line ending each) and dispatches each. A line or an event's
+        /// data past <see cref="TokenResolverClient.MaxAnswerBytes"/> ends the stream as lost
+        /// (<see cref="StreamTooLongException"/>).</summary>
+        async Task ReadEventsAsync(EventLineReader reader, HttpResponseMessage response, CancellationToken cancellationToken)
         {
             string idBuffer = null;
             string eventType = null;
@@ -758,6 +822,11 @@ namespace TokenResolver
                         eventType = value;
                         break;
                     case "data":
+                        if (data.Length + value.Length + 1 > TokenResolverClient.MaxAnswerBytes)
+                        {
+                            throw new StreamTooLongException("an event's data longer than "
+                                + TokenResolverClient.MaxAnswerBytes.ToString(CultureInfo.InvariantCulture) + " characters");
+                        }
                         if (hasData)
                         {
                             data.Append('\n');
@@ -771,7 +840,7 @@ namespace TokenResolver
 
         /// <summary>The next line, or null at the end of the stream; a stream silent for
         /// <see cref="IdleTimeout"/> is closed and taken as lost.</summary>
-        async Task<string> ReadLineAsync(StreamReader reader, HttpResponseMessage response, CancellationToken cancellationToken)
+        async Task<string> ReadLineAsync(EventLineReader reader, HttpResponseMessage response, CancellationToken cancellationToken)
         {
             var read = reader.ReadLineAsync();
             using (var idle = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken))
@@ -882,6 +951,94 @@ namespace TokenResolver
                 {
                     // The reader goes on whatever its handlers do.
                 }
+            }
+        }
+    }
+
+    /// <summary>An event stream past this client's bound (a line, or an event's data, longer
+    /// than 64 KiB): taken as lost, with a <c>Resync</c>.</summary>
+    sealed class StreamTooLongException : Exception
+    {
+        internal StreamTooLongException(string message)
+            : base(message)
+        {
+        }
+    }
+
+    /// <summary>Reads the lines of an event stream (ended by CRLF, LF or CR) through a buffer of
+    /// a fixed size, so that a stream without a line end cannot make the client hold more than
+    /// that (<c>StreamReader.ReadLine</c> reads a whole line, however long).</summary>
+    sealed class EventLineReader
+    {
+        static readonly UTF8Encoding Utf8 = new UTF8Encoding(false);
+        readonly Stream stream;
+        readonly int maxLine;
+        /// <summary>The line being read and what came after it: at most maxLine bytes and the
+        /// line end.</summary>
+        readonly byte[] buffer;
+        /// <summary>The bytes not returned yet are buffer[start, end).</summary>
+        int start, end;
+        /// <summary>Where to look for the line end next: the bytes before it have none.</summary>
+        int scanned;
+        /// <summary>The last line ended with CR: an LF right after it belongs to it.</summary>
+        bool afterCarriageReturn;
+
+        internal EventLineReader(Stream stream, int maxLine)
+        {
+            this.stream = stream;
+            this.maxLine = maxLine;
+            buffer = new byte[maxLine + 1];
+        }
+
+        /// <summary>The next line without its end, or null at the end of the stream (a last
+        /// line without an end is dropped, as SSE drops an event not ended).</summary>
+        /// <exception cref="StreamTooLongException">More than maxLine bytes came without a
+        /// line end.</exception>
+        internal async Task<string> ReadLineAsync()
+        {
+            for (;;)
+            {
+                if (afterCarriageReturn && start < end)
+                {
+                    afterCarriageReturn = false;
+                    if (buffer[start] == (byte)'\n')
+                    {
+                        start++;
+                        scanned = Math.Max(scanned, start);
+                    }
+                }
+                for (int i = scanned; i < end; i++)
+                {
+                    var b = buffer[i];
+                    if (b == (byte)'\n' || b == (byte)'\r')
+                    {
+                        // UTF-8 never has these bytes inside a character: the line is whole.
+                        var line = Utf8.GetString(buffer, start, i - start);
+                        afterCarriageReturn = b == (byte)'\r';
+                        start = scanned = i + 1;
+                        return line;
+                    }
+                }
+                scanned = end;
+                if (end - start > maxLine)
+                {
+                    throw new StreamTooLongException("an event stream line longer than "
+                        + maxLine.ToString(CultureInfo.InvariantCulture) + " bytes");
+                }
+                if (end == buffer.Length)
+                {
+                    // Room for the rest of the line: what was returned is dropped.
+                    Buffer.BlockCopy(buffer, start, buffer, 0, end - start);
+                    end -= start;
+                    scanned = end;
+                    start = 0;
+                }
+                int n = await stream.ReadAsync(buffer, end, buffer.Length - end).ConfigureAwait(false);
+                if (n == 0)
+                {
+                    return null;
+                }
+                end += n;
             }
         }
     }

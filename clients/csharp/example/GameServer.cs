@@ -3,6 +3,10 @@
 //
 // Players connect over TCP and send JSON lines, as to the Rust game server:
 //   {"type":"connect","access_token":"..."}  ->  {"type":"connected","user":{"id":..,"name":..}}
+// Players are untrusted: a line is read into a buffer of MaxLine bytes (16 KiB) and one longer
+// is answered {"type":"error","error":"line_too_long",..} and closed, and a connection not
+// admitted within LOGIN_TIMEOUT_MS (10000) of being accepted is answered
+// {"type":"error","error":"login_timeout",..} and closed, as the Rust game server does.
 // Each connection is a sidecar session named by a fresh id. The server follows the sidecar's
 // events: on Revoked it tells the player {"type":"revoked","reason":..} and closes the socket; on
 // ReauthRequired it asks the player for a new token (sent as another connect: the sidecar's
@@ -15,6 +19,7 @@
 //   events: connected
 //   connected session=S user=ID name=NAME
 //   closed session=S user=ID reason=R
+//   closed session=S reason=line_too_long|login_timeout
 //   left session=S forgotten
 //   reauth_required session=S within_ms=N
 //   resync: checking N players
@@ -45,6 +50,9 @@ sealed class Connection
     internal string Token;
     internal long UserId;
 
+    /// <summary>Whether a connect was accepted: the login timeout no longer applies.</summary>
+    internal bool Admitted;
+
     internal Connection(TcpClient tcp)
     {
         Tcp = tcp;
@@ -69,6 +77,41 @@ sealed class Connection
         }
     }
 
+    /// <summary>Closes our side after what was sent, then discards what the player is still
+    /// sending (at most 64 KiB, for at most 500 ms) before closing: a socket closed with unread
+    /// input makes the kernel send a reset, which can destroy the error before the player reads
+    /// it.</summary>
+    internal async Task LingerAsync()
+    {
+        try
+        {
+            Tcp.Client.Shutdown(SocketShutdown.Send);
+            var stream = Tcp.GetStream();
+            var discard = new byte[4096];
+            var until = DateTime.UtcNow + TimeSpan.FromMilliseconds(500);
+            for (int discarded = 0; discarded < 64 * 1024;)
+            {
+                var left = until - DateTime.UtcNow;
+                var read = stream.ReadAsync(discard, 0, discard.Length);
+                if (left <= TimeSpan.Zero || await Task.WhenAny(read, Task.Delay(left)).ConfigureAwait(false) != read)
+                {
+                    LineReader.Observe(read);
+                    break;
+                }
+                var n = await read.ConfigureAwait(false);
+                if (n == 0)
+                {
+                    break;
+                }
+                discarded += n;
+            }
+        }
+        catch (Exception)
+        {
+            // Gone already (or closed meanwhile by a Revoked): nothing to linger for.
+        }
+    }
+
     /// <summary>Closes the socket after what was sent.</summary>
     internal void Close()
     {
@@ -89,9 +132,84 @@ sealed class Connection
     }
 }
 
+/// <summary>Reads a player's lines through a buffer of a fixed size: a line is looked for in
+/// the bytes as they come, and one longer than the buffer is refused before the newline comes,
+/// so that a player cannot make the server hold more than that. (<c>StreamReader.ReadLine</c>
+/// reads the whole line, however long, before its length can be checked.)</summary>
+sealed class LineReader
+{
+    readonly Stream stream;
+    readonly int maxLine;
+    /// <summary>The line being read and what came after it: at most maxLine bytes and the
+    /// newline.</summary>
+    readonly byte[] buffer;
+    /// <summary>The bytes not returned yet are buffer[start, end).</summary>
+    int start, end;
+    /// <summary>Where to look for the newline next: the bytes before it have none.</summary>
+    int scanned;
+
+    internal LineReader(Stream stream, int maxLine)
+    {
+        this.stream = stream;
+        this.maxLine = maxLine;
+        buffer = new byte[maxLine + 1];
+    }
+
+    /// <summary>The next line, without its "\n" (nor a "\r" before it), as the bytes were:
+    /// null at the end of the stream (a last line without a newline is dropped).</summary>
+    /// <exception cref="InvalidDataException">More than maxLine bytes came without a newline:
+    /// close the connection.</exception>
+    internal async Task<byte[]> ReadLineAsync()
+    {
+        for (;;)
+        {
+            int newline = Array.IndexOf(buffer, (byte)'\n', scanned, end - scanned);
+            if (newline >= 0)
+            {
+                int length = newline - start;
+                if (length > 0 && buffer[newline - 1] == (byte)'\r')
+                {
+                    length--;
+                }
+                var line = new byte[length];
+                Buffer.BlockCopy(buffer, start, line, 0, length);
+                start = scanned = newline + 1;
+                return line;
+            }
+            scanned = end;
+            if (end - start > maxLine)
+            {
+                throw new InvalidDataException("a line longer than " + maxLine.ToString(CultureInfo.InvariantCulture) + " bytes");
+            }
+            if (end == buffer.Length)
+            {
+                // Room for the rest of the line: what was returned is dropped.
+                Buffer.BlockCopy(buffer, start, buffer, 0, end - start);
+                end -= start;
+                scanned = end;
+                start = 0;
+            }
+            int n = await stream.ReadAsync(buffer, end, buffer.Length - end).ConfigureAwait(false);
+            if (n == 0)
+            {
+                return null;
+            }
+            end += n;
+        }
+    }
+
+    /// <summary>Marks the failure of <paramref name="abandoned"/> as seen, so that it is not
+    /// reported as unobserved.</summary>
+    internal static void Observe(Task abandoned)
+    {
+        abandoned.ContinueWith(t => t.Exception, TaskContinuationOptions.OnlyOnFaulted);
+    }
+}
+
 static class GameServer
 {
-    /// <summary>The longest line a player may send.</summary>
+    /// <summary>The longest line a player may send, in bytes without its newline: past it the
+    /// connection is closed with line_too_long.</summary>
     const int MaxLine = 16 * 1024;
 
     /// <summary>Resolves under way at once during a resync.</summary>
@@ -105,10 +223,17 @@ static class GameServer
     /// <summary>How long a resync may take: a player not confirmed by then is closed.</summary>
     static TimeSpan resyncWithin;
 
+    /// <summary>How long a connection has from its accept to its admission: past it, it is
+    /// closed with login_timeout. Lines that do not admit it do not extend it.</summary>
+    static TimeSpan loginTimeout;
+
     /// <summary>The resync under way: a newer one replaces it.</summary>
     static int resyncs;
 
     static readonly object printing = new object();
+
+    /// <summary>Strict UTF-8: a line that is not is a bad request.</summary>
+    static readonly UTF8Encoding Utf8 = new UTF8Encoding(false, true);
 
     static int Main()
     {
@@ -127,6 +252,7 @@ static class GameServer
         sidecar = TokenResolverClient.FromEnvironment();
         var port = int.Parse(Setting("PORT", "7350"), CultureInfo.InvariantCulture);
         resyncWithin = TimeSpan.FromMilliseconds(double.Parse(Setting("RESYNC_WITHIN_MS", "30000"), CultureInfo.InvariantCulture));
+        loginTimeout = TimeSpan.FromMilliseconds(double.Parse(Setting("LOGIN_TIMEOUT_MS", "10000"), CultureInfo.InvariantCulture));
         var listener = new TcpListener(IPAddress.Loopback, port);
         listener.Start();
         Print("csharp game server listening on 127.0.0.1:" + ((IPEndPoint)listener.LocalEndpoint).Port.ToString(CultureInfo.InvariantCulture));
@@ -173,20 +299,41 @@ static class GameServer
         }
     }
 
-    /// <summary>Reads a player's lines until they leave, then forgets their session.</summary>
+    /// <summary>Reads a player's lines until they leave, then forgets their session. A line
+    /// past MaxLine, or no admission within the login timeout, closes the connection with an
+    /// error saying which.</summary>
     static async Task ServeAsync(Connection connection)
     {
+        var loginBy = DateTime.UtcNow + loginTimeout;
+        string refused = null;
         try
         {
-            var reader = new StreamReader(connection.Tcp.GetStream(), new UTF8Encoding(false));
+            var lines = new LineReader(connection.Tcp.GetStream(), MaxLine);
             for (;;)
             {
-                var line = await reader.ReadLineAsync().ConfigureAwait(false);
-                if (line == null || line.Length > MaxLine)
+                var read = lines.ReadLineAsync();
+                if (!connection.Admitted && !await WithinAsync(read, loginBy - DateTime.UtcNow).ConfigureAwait(false))
                 {
+                    LineReader.Observe(read);
+                    refused = "login_timeout";
+                    connection.Send("{\"type\":\"error\",\"error\":\"login_timeout\",\"message\":"
+                        + Json.Quote("no connect within " + Milliseconds(loginTimeout) + " ms of connecting; closing") + "}");
                     break;
                 }
-                if (!await OnLineAsync(connection, line).ConfigureAwait(false))
+                byte[] line;
+                try
+                {
+                    line = await read.ConfigureAwait(false);
+                }
+                catch (InvalidDataException)
+                {
+                    refused = "line_too_long";
+                    connection.Send("{\"type\":\"error\",\"error\":\"line_too_long\",\"message\":"
+                        + Json.Quote("a message is longer than " + MaxLine.ToString(CultureInfo.InvariantCulture) + " bytes; closing") + "}");
+                    await connection.LingerAsync().ConfigureAwait(false);
+                    break;
+                }
+                if (line == null || !await OnLineAsync(connection, line).ConfigureAwait(false))
                 {
                     break;
                 }
@@ -201,12 +348,40 @@ static class GameServer
         finally
         {
             connection.Close();
+            if (refused != null)
+            {
+                Print("closed session=" + connection.Session + " reason=" + refused);
+            }
             Connection gone;
             if (players.TryRemove(connection.Session, out gone))
             {
                 await ForgetAsync(connection.Session).ConfigureAwait(false);
             }
         }
+    }
+
+    /// <summary>Whether <paramref name="task"/> ended within <paramref name="left"/>.</summary>
+    static async Task<bool> WithinAsync(Task task, TimeSpan left)
+    {
+        if (task.IsCompleted)
+        {
+            return true;
+        }
+        if (left <= TimeSpan.Zero)
+        {
+            return false;
+        }
+        using (var timer = new CancellationTokenSource())
+        {
+            var first = await Task.WhenAny(task, Task.Delay(left, timer.Token)).ConfigureAwait(false);
+            timer.Cancel();
+            return first == task;
+        }
+    }
+
+    static string Milliseconds(TimeSpan span)
+    {
+        return ((long)span.TotalMilliseconds).ToString(CultureInfo.InvariantCulture);
     }
 
     static async Task ForgetAsync(string session)
@@ -223,15 +398,20 @@ static class GameServer
     }
 
     /// <summary>Handles one line of a player; false when the connection is to close.</summary>
-    static async Task<bool> OnLineAsync(Connection connection, string line)
+    static async Task<bool> OnLineAsync(Connection connection, byte[] line)
     {
         Dictionary<string, object> message = null;
         try
         {
-            message = Json.Parse(line) as Dictionary<string, object>;
+            message = Json.Parse(Utf8.GetString(line)) as Dictionary<string, object>;
         }
         catch (FormatException)
         {
+            // Not JSON.
+        }
+        catch (DecoderFallbackException)
+        {
+            // Not UTF-8.
         }
         object type, token;
         if (message == null || !message.TryGetValue("type", out type) || !"connect".Equals(type)
@@ -259,6 +439,7 @@ static class GameServer
         }
         connection.Token = (string)token;
         connection.UserId = user.UserId;
+        connection.Admitted = true;
         players[connection.Session] = connection;
         var id = user.UserId.ToString(CultureInfo.InvariantCulture);
         connection.Send("{\"type\":\"connected\",\"user\":{\"id\":" + id + ",\"name\":" + Json.Quote(user.UserName) + "}}");

@@ -1,9 +1,10 @@
 // ClientChecks.cs: checks of TokenResolverClient.cs through its public API, run by
 // crates/cli/tests/it/csharp.rs under mono against a real sidecar (TOKEN_RESOLVER_URL) whose
 // default authUrl issued ALICE_TOKEN: the JSON reader's strictness, the sidecar's answers and
-// error codes, the bounds of a call, and the events reader's parsing, idle timeout, backoff and
+// error codes, the bounds of a call (its time, and the size of an answer, through the client's
+// HttpClient or the caller's), and the events reader's parsing, bounds, idle timeout, backoff and
 // stop. Two small servers of its own on loopback stand for a sidecar that does not answer and
-// one that sends a scripted stream. Prints "ok NAME" per check, or "FAIL NAME: why" and exits 1.
+// one that sends a scripted answer. Prints "ok NAME" per check, or "FAIL NAME: why" and exits 1.
 //
 //   mcs -r:System.Net.Http.dll -r:TokenResolverClient.dll -out:ClientChecks.exe ClientChecks.cs
 
@@ -11,6 +12,7 @@ using System;
 using System.Collections.Generic;
 using System.IO;
 using System.Net;
+using System.Net.Http;
 using System.Net.Sockets;
 using System.Text;
 using System.Threading;
@@ -30,15 +32,18 @@ static class ClientChecks
         Check("json_refuses", JsonRefuses);
         Check("json_quote_round_trips", JsonQuoteRoundTrips);
         Check("resolve_answers_the_user", () => ResolveAnswersTheUser(url, token));
+        Check("resolve_through_the_callers_http_client", () => ResolveThroughTheCallersHttpClient(url, token));
         Check("resolve_with_a_session_then_its_refresh", () => ResolveWithASessionThenItsRefresh(url, token));
         Check("a_refused_token_carries_the_code_and_not_the_token", () => ARefusedTokenCarriesTheCode(url));
         Check("a_bad_session_names_the_field", () => ABadSessionNamesTheField(url, token));
         Check("forget_escapes_the_session", () => ForgetEscapesTheSession(url));
         Check("no_sidecar_is_sidecar_unavailable", NoSidecarIsUnavailable);
         Check("a_silent_sidecar_is_bounded_by_request_timeout", ASilentSidecarIsBounded);
+        Check("an_answer_past_the_bound_is_sidecar_bad_answer", AnAnswerPastTheBoundIsABadAnswer);
         Check("events_stop_on_cancel_and_run_again", () => EventsStopOnCancel(url));
         Check("events_parse_the_stream_and_resync_on_what_they_cannot_read", EventsParseTheStream);
         Check("a_silent_stream_is_lost_and_tried_again_with_backoff", ASilentStreamIsLost);
+        Check("a_stream_past_the_bound_is_lost_with_a_resync", AStreamPastTheBoundIsLost);
         return failures == 0 ? 0 : 1;
     }
 
@@ -148,6 +153,23 @@ static class ClientChecks
         }
     }
 
+    static void ResolveThroughTheCallersHttpClient(string url, string token)
+    {
+        using (var http = new HttpClient())
+        {
+            using (var client = new TokenResolverClient(url, http))
+            {
+                var user = Await(client.ResolveAsync(token));
+                Assert(user.UserId == 1 && user.UserName == "Alice", "Alice, not " + user);
+            }
+            // The caller's HttpClient is the caller's: disposing the client leaves it usable.
+            using (var client = new TokenResolverClient(url, http))
+            {
+                Assert(Await(client.ResolveAsync(token)).UserId == 1, "Alice again");
+            }
+        }
+    }
+
     static void ResolveWithASessionThenItsRefresh(string url, string token)
     {
         using (var client = new TokenResolverClient(url))
@@ -239,6 +261,52 @@ static class ClientChecks
         }
     }
 
+    /// <summary>The largest answer the client reads (TokenResolverClient.MaxAnswerBytes).</summary>
+    const int MaxAnswerBytes = 64 * 1024;
+
+    static void AnAnswerPastTheBoundIsABadAnswer()
+    {
+        // One that says its length, and one that never ends: neither is read past the bound,
+        // through the client's own HttpClient or the caller's (whose buffer limit is 2 GB).
+        var declared = Encoding.ASCII.GetBytes("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+            + (MaxAnswerBytes + 1) + "\r\n\r\n" + new string(' ', MaxAnswerBytes + 1));
+        var answers = new Dictionary<string, Func<Stream, Task>>
+        {
+            { "declared", stream => stream.WriteAsync(declared, 0, declared.Length) },
+            { "endless", Endless },
+        };
+        foreach (var answer in answers)
+        {
+            for (int own = 0; own < 2; own++)
+            {
+                var which = answer.Key + (own == 1 ? " through the client's HttpClient" : " through the caller's");
+                using (var sidecar = new Scripted(answer.Value))
+                using (var http = new HttpClient())
+                using (var client = own == 1 ? new TokenResolverClient(sidecar.Url) : new TokenResolverClient(sidecar.Url, http))
+                {
+                    // Longer than the check's bound: only the size may end the call in time.
+                    client.RequestTimeout = TimeSpan.FromSeconds(30);
+                    var e = Refusal(() => client.ResolveAsync("any-token"));
+                    Assert(e.Code == TokenResolverException.SidecarBadAnswer && e.Status == 200 && !e.IsRetryable,
+                        "sidecar_bad_answer (200), not retryable, " + which + ", not " + e.Code + " " + e.Status + " " + e.IsRetryable);
+                    Assert(e.Message.Contains("longer than " + MaxAnswerBytes), "the bound named, " + which + ", not " + e.Message);
+                }
+            }
+        }
+    }
+
+    /// <summary>A 200 whose chunked body never ends, until the client goes away.</summary>
+    static async Task Endless(Stream stream)
+    {
+        var head = Encoding.ASCII.GetBytes("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+        await stream.WriteAsync(head, 0, head.Length);
+        var chunk = Encoding.ASCII.GetBytes("2000\r\n" + new string(' ', 0x2000) + "\r\n");
+        for (;;)
+        {
+            await stream.WriteAsync(chunk, 0, chunk.Length);
+        }
+    }
+
     static void EventsStopOnCancel(string url)
     {
         using (var client = new TokenResolverClient(url))
@@ -283,6 +351,7 @@ static class ClientChecks
             + "data: \"session\":\"s2\",\"within_ms\":1500}\n\n"
             + "id: e-4\nevent: something_new\ndata: {}\n\n"
             + "id: e-5\nevent: revoked\ndata: {\"session\":\"s3\"}\n\n"
+            + "id: e-5b\revent: revoked\rdata: {\"type\":\"revoked\",\"session\":\"s5\",\"user_id\":9,\"reason\":\"revoked\"}\r\r"
             + "id: e-6\nevent: resync\ndata: {\"type\":\"resync\"}\n\n"
             + "event: revoked\ndata: {\"type\":\"revoked\",\"session\":\"s4\",\"user_id\":8,\"reason\":\"session_expired\"}\n";
         using (var sidecar = new Scripted(script))
@@ -306,7 +375,7 @@ static class ClientChecks
             Assert(done.Wait(Bound), "the stream read to its resync");
             stop.Cancel();
             Assert(running.Wait(Bound), "stopped");
-            var expected = new[] { "revoked s1 7 revoked e-2", "reauth s2 1500 e-3", "resync none", "resync e-6" };
+            var expected = new[] { "revoked s1 7 revoked e-2", "reauth s2 1500 e-3", "resync none", "revoked s5 9 revoked e-5b", "resync e-6" };
             Assert(string.Join("|", seen) == string.Join("|", expected), string.Join("|", expected) + ", not " + string.Join("|", seen));
             Assert(events.LastEventId == "e-6", "the last id read, not " + events.LastEventId);
         }
@@ -352,6 +421,70 @@ static class ClientChecks
                     Assert(ms >= ceilings[i] / 2 && ms <= ceilings[i], "pause " + i + " in [" + ceilings[i] / 2 + ", " + ceilings[i] + "], not " + ms);
                 }
                 Assert(sidecar.Requests >= 5, "a stream opened each time");
+            }
+        }
+    }
+
+    static void AStreamPastTheBoundIsLost()
+    {
+        // A line that does not end, and an event whose data lines together pass the bound; the
+        // idle timeout is longer than the check's bound, so only the size may end the stream.
+        var bigEvent = new StringBuilder("id: e-1\n\nid: e-2\nevent: revoked\n");
+        for (int i = 0; i < 70; i++)
+        {
+            bigEvent.Append("data: ").Append('y', 1000).Append('\n');
+        }
+        bigEvent.Append('\n');
+        var scripts = new Dictionary<string, string>
+        {
+            { "a line", "id: e-1\n\ndata: " + new string('x', 2 * MaxAnswerBytes) },
+            { "an event", bigEvent.ToString() },
+        };
+        foreach (var script in scripts)
+        {
+            using (var sidecar = new Scripted(script.Value))
+            using (var client = new TokenResolverClient(sidecar.Url))
+            using (var stop = new CancellationTokenSource())
+            {
+                var events = client.Events();
+                events.LastEventId = "e-0";
+                events.IdleTimeout = TimeSpan.FromSeconds(30);
+                events.InitialBackoff = TimeSpan.FromMilliseconds(50);
+                var seen = new List<string>();
+                var lost = new ManualResetEventSlim();
+                events.Resync += (s, e) =>
+                {
+                    lock (seen)
+                    {
+                        seen.Add("resync " + (e.EventId ?? "none"));
+                    }
+                };
+                events.Disconnected += (s, e) =>
+                {
+                    lock (seen)
+                    {
+                        seen.Add("lost " + e.Reason);
+                    }
+                    lost.Set();
+                };
+                var running = events.RunAsync(stop.Token);
+                Assert(lost.Wait(Bound), script.Key + ": the stream lost");
+                var deadline = DateTime.UtcNow + Bound;
+                while (sidecar.Requests < 2 && DateTime.UtcNow < deadline)
+                {
+                    Thread.Sleep(10);
+                }
+                stop.Cancel();
+                Assert(running.Wait(Bound), "stopped");
+                lock (seen)
+                {
+                    Assert(seen.Count >= 2 && seen[0] == "resync none" && seen[1].StartsWith("lost StreamTooLongException")
+                        && seen[1].Contains("longer than " + MaxAnswerBytes),
+                        script.Key + ": a Resync, then the stream lost for its size, not " + string.Join(" | ", seen));
+                }
+                var ids = sidecar.LastEventIds;
+                Assert(ids.Count >= 2 && ids[0] == "e-0" && ids[1] == null,
+                    script.Key + ": opened with e-0, then again without an id, not " + string.Join(", ", ids.ConvertAll(i => i ?? "none")));
             }
         }
     }
@@ -411,18 +544,24 @@ static class ClientChecks
         }
     }
 
-    /// <summary>A server on loopback that answers every request with an event stream of
-    /// <c>script</c>, then stays silent with the stream open.</summary>
+    /// <summary>A server on loopback that answers every request as it is told (by default
+    /// with an event stream of <c>script</c>, then stays silent with the stream open), and
+    /// keeps the <c>Last-Event-ID</c> of each.</summary>
     sealed class Scripted : IDisposable
     {
         readonly TcpListener listener = new TcpListener(IPAddress.Loopback, 0);
-        readonly string script;
+        readonly Func<Stream, Task> answer;
         readonly List<TcpClient> held = new List<TcpClient>();
-        int requests;
+        readonly List<string> lastEventIds = new List<string>();
 
         internal Scripted(string script)
+            : this(stream => EventStream(stream, script))
         {
-            this.script = script;
+        }
+
+        internal Scripted(Func<Stream, Task> answer)
+        {
+            this.answer = answer;
             listener.Start();
             Accept();
         }
@@ -434,7 +573,31 @@ static class ClientChecks
 
         internal int Requests
         {
-            get { return Volatile.Read(ref requests); }
+            get { return LastEventIds.Count; }
+        }
+
+        /// <summary>The <c>Last-Event-ID</c> of each request so far, null where there was
+        /// none.</summary>
+        internal List<string> LastEventIds
+        {
+            get
+            {
+                lock (lastEventIds)
+                {
+                    return new List<string>(lastEventIds);
+                }
+            }
+        }
+
+        static Task EventStream(Stream stream, string script)
+        {
+            var body = Encoding.UTF8.GetBytes(script);
+            var head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + body.Length.ToString("x") + "\r\n";
+            var bytes = new List<byte>(Encoding.ASCII.GetBytes(head));
+            bytes.AddRange(body);
+            bytes.AddRange(Encoding.ASCII.GetBytes("\r\n"));
+            return stream.WriteAsync(bytes.ToArray(), 0, bytes.Count);
         }
 
         async void Accept()
@@ -464,17 +627,24 @@ static class ClientChecks
                 var stream = client.GetStream();
                 var reader = new StreamReader(stream, Encoding.ASCII);
                 // The request's head, up to its blank line; its body, if any, is not read.
-                while (!string.IsNullOrEmpty(await reader.ReadLineAsync()))
+                string lastEventId = null;
+                for (;;)
                 {
+                    var line = await reader.ReadLineAsync();
+                    if (string.IsNullOrEmpty(line))
+                    {
+                        break;
+                    }
+                    if (line.StartsWith("Last-Event-ID:", StringComparison.OrdinalIgnoreCase))
+                    {
+                        lastEventId = line.Substring("Last-Event-ID:".Length).Trim();
+                    }
                 }
-                Interlocked.Increment(ref requests);
-                var body = Encoding.UTF8.GetBytes(script);
-                var head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                    + body.Length.ToString("x") + "\r\n";
-                var bytes = new List<byte>(Encoding.ASCII.GetBytes(head));
-                bytes.AddRange(body);
-                bytes.AddRange(Encoding.ASCII.GetBytes("\r\n"));
-                await stream.WriteAsync(bytes.ToArray(), 0, bytes.Count);
+                lock (lastEventIds)
+                {
+                    lastEventIds.Add(lastEventId);
+                }
+                await answer(stream);
             }
             catch (Exception)
             {

@@ -6,9 +6,12 @@
 //! the client raise `Resync`, and the game server resolves its players again: the one banned
 //! while no sidecar ran is closed, the other kept, and the new sidecar watches its session. A
 //! token that expires raises `ReauthRequired`: the player who sends a fresh one in time is
-//! refreshed, the other revoked (`session_expired`). And `clients/csharp/tests/ClientChecks.cs`
+//! refreshed, the other revoked (`session_expired`). The game server holds untrusted players to
+//! its bounds: a line past `MaxLine` is refused before its newline comes, and a connection that
+//! does not log in is closed after the login timeout. And `clients/csharp/tests/ClientChecks.cs`
 //! checks the client's parts against the same sidecar: its JSON reader, the answers and error
-//! codes, the bounds of a call, and the events reader's parsing, backoff and stop.
+//! codes, the bounds of a call (time and size), and the events reader's parsing, bounds, backoff
+//! and stop.
 //! Needs Debian's mono-mcs, mono-runtime and libmono-system-net-http4.0-cil: skipped with a
 //! note without them, a failure under CI, which installs them.
 
@@ -40,6 +43,14 @@ const CLIENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../clients/csharp
 
 /// How long the game server has to act on something the test did.
 const BOUND: Duration = Duration::from_secs(15);
+
+/// The game server's `LOGIN_TIMEOUT_MS` in these tests: short, so that the test of it is quick;
+/// the other tests' players send their token as soon as they connect.
+const LOGIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The longest line the game server reads, in bytes without its newline (`MaxLine` in
+/// `GameServer.cs`).
+const MAX_LINE: usize = 16 * 1024;
 
 /// Whether `mcs` and `mono` run here, and Mono's `System.Net.Http.dll` is beside them; without
 /// them the test is skipped with a note, or fails under CI.
@@ -202,6 +213,7 @@ impl GameServer {
             .env("TOKEN_RESOLVER_URL", format!("http://{sidecar}"))
             .env("PORT", "0")
             .env("RESYNC_WITHIN_MS", "10000")
+            .env("LOGIN_TIMEOUT_MS", LOGIN_TIMEOUT.as_millis().to_string())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -284,12 +296,17 @@ struct Player {
 }
 
 impl Player {
+    /// Connects, sending nothing yet.
+    async fn open(addr: SocketAddr) -> Player {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        Player {
+            lines: AsyncBufReader::new(stream),
+        }
+    }
+
     /// Connects and sends `token`: the player and the server's answer.
     async fn connect(addr: SocketAddr, token: &str) -> (Player, Value) {
-        let stream = TcpStream::connect(addr).await.unwrap();
-        let mut player = Player {
-            lines: AsyncBufReader::new(stream),
-        };
+        let mut player = Player::open(addr).await;
         player.send(token).await;
         let answer = player.read(BOUND).await.expect("an answer");
         (player, answer)
@@ -298,8 +315,12 @@ impl Player {
     /// Sends `{"type": "connect", "access_token": token}`: the first, or a refresh.
     async fn send(&mut self, token: &str) {
         let hello = json!({"type": "connect", "access_token": token}).to_string() + "\n";
-        let socket = self.lines.get_mut();
-        socket.write_all(hello.as_bytes()).await.unwrap();
+        self.write(hello.as_bytes()).await;
+    }
+
+    /// Sends `bytes` as they are.
+    async fn write(&mut self, bytes: &[u8]) {
+        self.lines.get_mut().write_all(bytes).await.unwrap();
     }
 
     /// The next message within `within`; `None` at the end of the stream.
@@ -329,10 +350,32 @@ impl Player {
         assert_eq!(self.read(BOUND).await, None, "{who}'s socket closed");
     }
 
-    /// Asserts that the server sends this player nothing for a moment: it is still admitted.
-    async fn assert_quiet(&mut self, who: &str) {
-        let quiet = tokio::time::timeout(Duration::from_millis(300), self.read(BOUND));
-        assert!(quiet.await.is_err(), "{who} is told nothing and kept");
+    /// Asserts that the server still serves this player and told it nothing meanwhile: a line
+    /// it answers without changing anything (a message that is not a connect: `bad_request`)
+    /// gets that answer first. A positive signal in place of waiting a while for nothing: what
+    /// the server would have sent this player for what the test saw happen (a close, a
+    /// resync's end) it sent before, so it comes first on the socket.
+    async fn assert_kept(&mut self, who: &str) {
+        self.write(b"{\"type\":\"ping\"}\n").await;
+        assert_eq!(
+            self.read(BOUND).await,
+            Some(json!({"type": "error", "error": "bad_request"})),
+            "{who} is told nothing and kept"
+        );
+    }
+
+    /// Asserts that the server tells this player `error` (its message naming `names`), then
+    /// closes its socket.
+    async fn assert_refused(&mut self, error: &str, names: &str) {
+        let told = self.read(BOUND).await.expect("an error");
+        assert_eq!(
+            (told["type"].as_str(), told["error"].as_str()),
+            (Some("error"), Some(error)),
+            "{told}"
+        );
+        let message = told["message"].as_str().unwrap_or_default();
+        assert!(message.contains(names), "{told}");
+        assert_eq!(self.read(BOUND).await, None, "closed after {error}");
     }
 }
 
@@ -461,7 +504,7 @@ async fn the_csharp_client_resolves_closes_a_banned_player_and_resyncs_after_a_s
     carol.assert_revoked("carol").await;
     let closed = format!("closed session={carol_session} user=3 reason=revoked");
     game.expect("carol closed", |l| l == closed).await;
-    alice.assert_quiet("alice").await;
+    alice.assert_kept("alice").await;
 
     // The sidecar dies; alice is banned while none runs (the reference API keeps retrying its
     // notice); a new sidecar comes up on the same ports, knowing nothing of the C# server's
@@ -479,7 +522,7 @@ async fn the_csharp_client_resolves_closes_a_banned_player_and_resyncs_after_a_s
     alice
         .assert_revoked("alice, banned while no sidecar ran")
         .await;
-    bob.assert_quiet("bob").await;
+    bob.assert_kept("bob").await;
 
     // The resync resolved bob with his session: the new sidecar watches it.
     ban(&base, 2).await;
@@ -548,6 +591,72 @@ async fn the_csharp_client_raises_reauth_required_and_a_session_not_refreshed_in
     }
 }
 
+/// The game server's bounds on a player: a line of `MaxLine` bytes is read, one byte more is
+/// refused (`line_too_long`) without waiting for a newline, and a connection not logged in within
+/// the login timeout is closed (`login_timeout`), whatever lines it sent meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_csharp_game_server_refuses_an_over_long_line_and_closes_a_connection_that_does_not_log_in(
+) {
+    if !mono_installed() {
+        return;
+    }
+    let mut parties = Parties::start(ApiConfig::default(), &[]).await;
+    let token = parties.token("alice").await;
+    let game = &mut parties.game;
+
+    // The silent connections' clocks start now; they are checked last.
+    let opened = Instant::now();
+    let mut silent = Player::open(game.addr).await;
+    let mut chatty = Player::open(game.addr).await;
+    chatty.write(b"{\"type\":\"hello\"}\n").await;
+    assert_eq!(
+        chatty.read(BOUND).await,
+        Some(json!({"type": "error", "error": "bad_request"}))
+    );
+
+    // A connect padded with spaces to exactly MAX_LINE bytes is read and admits its player.
+    let mut hello = json!({"type": "connect", "access_token": token}).to_string();
+    hello.push_str(&" ".repeat(MAX_LINE - hello.len()));
+    hello.push('\n');
+    let mut alice = Player::open(game.addr).await;
+    alice.write(hello.as_bytes()).await;
+    assert_eq!(
+        alice.read(BOUND).await,
+        Some(json!({"type": "connected", "user": {"id": 1, "name": "Alice"}}))
+    );
+    game.admitted("user=1 name=Alice").await;
+
+    // One byte more and no newline: refused as it passes the bound, not when a newline comes.
+    let mut long = Player::open(game.addr).await;
+    long.write(&vec![b'x'; MAX_LINE + 1]).await;
+    long.assert_refused("line_too_long", &MAX_LINE.to_string())
+        .await;
+    game.expect("the long line's close", |l| {
+        l.starts_with("closed session=") && l.ends_with(" reason=line_too_long")
+    })
+    .await;
+
+    // Not logged in within the login timeout, silent or not: closed then, and not before.
+    let ms = LOGIN_TIMEOUT.as_millis().to_string();
+    silent.assert_refused("login_timeout", &ms).await;
+    chatty.assert_refused("login_timeout", &ms).await;
+    let waited = opened.elapsed();
+    assert!(
+        waited >= LOGIN_TIMEOUT,
+        "closed after {waited:?}, before the login timeout"
+    );
+    for _ in 0..2 {
+        game.expect("a login timeout's close", |l| {
+            l.starts_with("closed session=") && l.ends_with(" reason=login_timeout")
+        })
+        .await;
+    }
+    // Alice, admitted, is past the login timeout too, and still served.
+    alice.assert_kept("alice").await;
+    let printed = game.all_printed();
+    assert!(!printed.contains(&token), "a token was printed");
+}
+
 /// The client's parts, checked by a C# program of its own against a real sidecar.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_csharp_client_checks_pass_against_a_real_sidecar() {
@@ -578,15 +687,18 @@ async fn the_csharp_client_checks_pass_against_a_real_sidecar() {
         "json_refuses",
         "json_quote_round_trips",
         "resolve_answers_the_user",
+        "resolve_through_the_callers_http_client",
         "resolve_with_a_session_then_its_refresh",
         "a_refused_token_carries_the_code_and_not_the_token",
         "a_bad_session_names_the_field",
         "forget_escapes_the_session",
         "no_sidecar_is_sidecar_unavailable",
         "a_silent_sidecar_is_bounded_by_request_timeout",
+        "an_answer_past_the_bound_is_sidecar_bad_answer",
         "events_stop_on_cancel_and_run_again",
         "events_parse_the_stream_and_resync_on_what_they_cannot_read",
         "a_silent_stream_is_lost_and_tried_again_with_backoff",
+        "a_stream_past_the_bound_is_lost_with_a_resync",
     ] {
         let passed = format!("ok {check}");
         assert!(stdout.lines().any(|l| l == passed), "{check}: {stdout}");
