@@ -15,6 +15,8 @@
 //!   that goes half-open, refuses or delays on the test's word; `hostile`: clients that do not
 //!   do their part; [`Nginx`]: a real nginx with a configuration of the test's; [`SseReader`]:
 //!   a reader of the sidecar's event stream;
+//! - `files`: a test's own temporary directory ([`TempDir`]) and the programs it finds on the
+//!   PATH ([`program`]);
 //! - [`redis`]: `redis-server` on a free port: plain, TLS, Sentinel, Cluster;
 //! - [`bench`](mod@bench) and [`baselines`]: runtimes, token sets and the hand-written caches and calls the
 //!   benches and `token-resolver load` measure against; [`closed_loop`]: the load client of the
@@ -66,6 +68,8 @@ mod untrusted_tls;
 pub mod ws;
 
 #[cfg(feature = "servers")]
+mod files;
+#[cfg(feature = "servers")]
 mod helpers;
 #[cfg(feature = "servers")]
 mod hostile;
@@ -74,6 +78,8 @@ mod nginx;
 
 #[cfg(feature = "servers")]
 pub use capture::*;
+#[cfg(feature = "servers")]
+pub use files::*;
 #[cfg(feature = "game-server")]
 pub use game_server::*;
 #[cfg(feature = "servers")]

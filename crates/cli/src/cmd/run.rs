@@ -4,8 +4,17 @@
 //! ready, with `TOKEN_RESOLVER_URL` in its environment; SIGTERM and SIGINT go to the game
 //! server; when it exits, the sidecar drains and the wrapper exits with the game server's
 //! status. What the sidecar serves and how it drains stays in `sidecar`.
+//!
+//! Signals: without a terminal on stdin the game server gets a process group of its own, so that
+//! a signal sent to the wrapper's group reaches it once, as the wrapper forwards it; at a
+//! terminal it stays in the wrapper's group (it may read the terminal, Ctrl-Z stops both), and
+//! a SIGINT that came while the wrapper is the terminal's foreground is not forwarded: the
+//! terminal sent it to the game server too. A signal during the drain cuts the drain short.
+//! No parent-death signal is set: on a host, systemd's or the container runtime's cgroup kill
+//! ends a game server whose wrapper died (see docs/cli.md).
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, ExitStatus};
@@ -13,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::unistd::{getpgrp, tcgetpgrp, Pid};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::sidecar::{self, SidecarArgs};
@@ -110,7 +119,7 @@ pub(crate) async fn run(mut args: RunArgs) -> ExitCode {
                 ExitCode::from(128 + signal as u8)
             }
         };
-        sidecar::drain(running, args.sidecar.drain_secs).await;
+        drain(running, args.sidecar.drain_secs, &mut signals).await;
         return exit;
     }
     tracing::info!(
@@ -120,7 +129,7 @@ pub(crate) async fn run(mut args: RunArgs) -> ExitCode {
         began.elapsed().as_millis()
     );
     let status = game_server(&args.command, &url, &mut signals).await;
-    sidecar::drain(running, args.sidecar.drain_secs).await;
+    drain(running, args.sidecar.drain_secs, &mut signals).await;
     match status {
         Ok(status) => exit_code(status),
         Err(exit) => exit,
@@ -139,6 +148,14 @@ async fn game_server(
     game.args(rest).env(URL_VARIABLE, url);
     for secret in SECRETS {
         game.env_remove(secret);
+    }
+    // At a terminal the game server shares the wrapper's process group: in a group of its own
+    // it would be in the background, stopped (SIGTTIN) as soon as it read the terminal.
+    let shares_terminal = std::io::stdin().is_terminal();
+    if !shares_terminal {
+        // Its own group: a signal to the wrapper's group (a terminal's, a supervisor's) reaches
+        // it once, forwarded, not a second time directly.
+        game.process_group(0);
     }
     let mut child = match game.spawn() {
         Ok(child) => child,
@@ -160,12 +177,25 @@ async fn game_server(
     loop {
         tokio::select! {
             status = child.wait() => {
+                // A signal that came as the game server exited was meant for it (a terminal's
+                // Ctrl-C reaches both at once): only one after it may cut the drain short.
+                while let Some(signal) = signals.pending().await {
+                    tracing::info!(pid, %signal, "came as the game server exited: not forwarded");
+                }
                 return status.map_err(|e| {
                     eprintln!("error: cannot wait for the game server: {e}");
                     ExitCode::FAILURE
                 });
             }
             signal = signals.recv() => {
+                if shares_terminal && signal == Signal::SIGINT && terminal_foreground() {
+                    tracing::info!(
+                        pid,
+                        %signal,
+                        "the terminal sent it to the game server too: not forwarded"
+                    );
+                    continue;
+                }
                 if let Some(pid) = pid {
                     tracing::info!(pid, %signal, "forwarding to the game server");
                     if let Err(e) = kill(Pid::from_raw(pid), signal) {
@@ -173,6 +203,23 @@ async fn game_server(
                     }
                 }
             }
+        }
+    }
+}
+
+/// Whether the wrapper's process group is the foreground of the terminal on stdin: a SIGINT
+/// then most likely came from that terminal (Ctrl-C), which sends it to the whole group.
+fn terminal_foreground() -> bool {
+    tcgetpgrp(std::io::stdin()).is_ok_and(|foreground| foreground == getpgrp())
+}
+
+/// Drains the sidecar (`--drain-secs` at most), unless a signal comes meanwhile: the operator
+/// asked again, and the wrapper exits without waiting for the rest.
+async fn drain(running: sidecar::Running, drain_secs: u64, signals: &mut Signals) {
+    tokio::select! {
+        () = sidecar::drain(running, drain_secs) => {}
+        signal = signals.recv() => {
+            eprintln!("{signal} during the sidecar's drain: exiting without waiting for it");
         }
     }
 }
@@ -191,6 +238,8 @@ async fn wait_ready(readyz: &str, bound: Duration) -> Result<(), String> {
         if left.is_zero() {
             return Err(last);
         }
+        // An attempt that the bound cuts short says nothing new: the previous answer stays.
+        let cut_by_bound = left < Duration::from_secs(1);
         let asked = client
             .get(readyz)
             .timeout(left.min(Duration::from_secs(1)))
@@ -200,9 +249,15 @@ async fn wait_ready(readyz: &str, bound: Duration) -> Result<(), String> {
             Ok(answer) if answer.status().is_success() => return Ok(()),
             Ok(answer) => {
                 let status = answer.status();
-                let body = answer.text().await.unwrap_or_default();
-                last = format!("{status} {}", body.chars().take(200).collect::<String>());
+                match answer.text().await {
+                    Ok(body) => {
+                        last = format!("{status} {}", body.chars().take(200).collect::<String>());
+                    }
+                    Err(e) if cut_by_bound && e.is_timeout() => {}
+                    Err(_) => last = status.to_string(),
+                }
             }
+            Err(e) if cut_by_bound && e.is_timeout() => {}
             Err(e) => last = format!("no answer: {e}"),
         }
         tokio::time::sleep(READY_POLL.min(left)).await;
@@ -243,6 +298,15 @@ impl Signals {
             term: signal(SignalKind::terminate())?,
             interrupt: signal(SignalKind::interrupt())?,
         })
+    }
+
+    /// A signal already received and not yet taken, if any; does not wait.
+    async fn pending(&mut self) -> Option<Signal> {
+        tokio::select! {
+            biased;
+            signal = self.recv() => Some(signal),
+            () = std::future::ready(()) => None,
+        }
     }
 
     /// The next signal received.

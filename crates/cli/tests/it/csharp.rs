@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::redis::free_port;
-use support::ApiCalls;
+use support::{ApiCalls, TempDir};
 use token_resolver_reference_api::{ApiConfig, RunningApi};
 use token_resolver_sessions::AdminSecret;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
@@ -77,27 +77,6 @@ fn mono_installed() -> bool {
         "Mono (mcs, mono, System.Net.Http)",
         "mono-mcs mono-runtime libmono-system-net-http4.0-cil",
     )
-}
-
-/// A directory of its own under the system's temporary one, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!("csharp-{}-{nanos}", std::process::id()));
-        std::fs::create_dir(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Runs `mcs` with `args`, asserting that it compiled.
@@ -409,8 +388,8 @@ impl Parties {
     /// Compiles the C# sources, then starts the reference API with `api` (told to notify the
     /// sidecar), the sidecar with `sidecar_args`, and the game server.
     async fn start(api: ApiConfig, sidecar_args: &'static [&'static str]) -> Parties {
-        let dir = TempDir::new();
-        let exe = compile(&dir.0, "example/GameServer.cs");
+        let dir = TempDir::new("csharp");
+        let exe = compile(dir.path(), "example/GameServer.cs");
         // The reference API tells the sidecar's admin listener of bans: its port comes first.
         let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -663,8 +642,8 @@ async fn the_csharp_client_checks_pass_against_a_real_sidecar() {
     if !mono_installed() {
         return;
     }
-    let dir = TempDir::new();
-    let checks = compile(&dir.0, "tests/ClientChecks.cs");
+    let dir = TempDir::new("csharp");
+    let checks = compile(dir.path(), "tests/ClientChecks.cs");
     let api = support::reference_api().await;
     let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));

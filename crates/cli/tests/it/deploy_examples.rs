@@ -320,21 +320,20 @@ fn the_systemd_unit_is_hardened_starts_the_sidecar_with_real_flags_and_verifies(
         "systemd waits longer ({stop} s) than the sidecar drains ({drain} s) before SIGKILL"
     );
 
-    let found = Path::new("/usr/bin/systemd-analyze").exists();
-    if !support::present(found, "systemd-analyze", "systemd") {
+    let found = support::program("systemd-analyze");
+    let Some(systemd_analyze) = found else {
+        support::present(false, "systemd-analyze", "systemd");
         return;
-    }
+    };
     // verify checks that ExecStart's program exists: a copy of the unit names the built one.
-    let dir = std::env::temp_dir().join(format!("deploy-unit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = support::TempDir::new("deploy-unit");
     let copy = dir.join("token-resolver-sidecar.service");
     std::fs::write(&copy, unit.replace("/usr/local/bin/token-resolver", BIN)).unwrap();
-    let output = Command::new("systemd-analyze")
+    let output = Command::new(systemd_analyze)
         .args(["verify", "--man=no"])
         .arg(&copy)
         .output()
         .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
