@@ -7,7 +7,7 @@
 //! fingerprint in the index when it comes from another node without the token; a user's or a
 //! session's tokens are found by the user in the index. Nothing walks the store.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime};
 
 use super::entry::{Cached, Lookup, Verdict};
@@ -40,6 +40,13 @@ pub(crate) struct Local {
     fingerprint: Fingerprint,
     /// Where every invalidation applied here is told, local or remote.
     revocations: Revocations,
+    /// Held shared by a store from its check against the log to its entry in the index, and
+    /// alone by a revocation from its record in the log to its last drop: a store either sees
+    /// the revocation and keeps nothing, or is done before it and is dropped by it. Without it,
+    /// a revocation landing between a store's check and its insert left the entry visible to
+    /// a cache hit until the store looked again (found by `model_checks`). Misses and
+    /// revocations only; the hit path never takes it.
+    applying: RwLock<()>,
 }
 
 /// A revocation to tell, with the time it was made when known.
@@ -102,7 +109,20 @@ impl Local {
             log: RevocationLog::new(horizon),
             fingerprint,
             revocations: Revocations::new(margin),
+            applying: RwLock::new(()),
         }
+    }
+
+    /// The lock a store holds while it checks and inserts.
+    fn storing(&self) -> RwLockReadGuard<'_, ()> {
+        self.applying.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lock a revocation holds while it records and drops.
+    fn revoking(&self) -> RwLockWriteGuard<'_, ()> {
+        self.applying
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A fresh answer for `key`, if one is there. `contains_key` first: unlike a `get` it
@@ -161,8 +181,10 @@ impl Local {
             }
             Cached::Rejected { .. } => None,
         };
-        let revoked = || user.is_some_and(|(user, fp)| self.revoked_for(since, endpoint, fp, user));
-        if revoked() {
+        // From the check to the index, no revocation: one that lands before is seen, one that
+        // lands after finds the entry in the index.
+        let storing = self.storing();
+        if user.is_some_and(|(user, fp)| self.revoked_for(since, endpoint, fp, user)) {
             return false;
         }
         let key = CacheKey::new(endpoint.clone(), token);
@@ -172,12 +194,7 @@ impl Local {
             let fingerprint_of = |key: &CacheKey| self.key_fingerprint(key);
             (self.index).insert(&key, user.id, fingerprint, held, fingerprint_of);
         }
-        // A revocation between the check and the index may have looked for the entry before it
-        // was there: look again, and take the entry back if one came.
-        if revoked() {
-            self.store.invalidate(&key as &dyn KeyView);
-            return false;
-        }
+        drop(storing);
         self.publish_entries();
         true
     }
@@ -197,6 +214,7 @@ impl Local {
     /// Drops what `target` names and remembers the revocation for look-ups in flight; telling
     /// the subscribers is the caller's ([`tell`](Self::tell)).
     pub(crate) fn drop_named(&self, target: Target<'_>) {
+        let _revoking = self.revoking();
         match target {
             Target::Token { endpoint, token } => {
                 let fingerprint = (self.fingerprint)(endpoint, token.as_bytes());
@@ -277,6 +295,7 @@ impl Local {
     /// Drops everything and remembers it for look-ups in flight; telling the subscribers is the
     /// caller's.
     pub(crate) fn drop_all(&self) {
+        let _revoking = self.revoking();
         self.log.record(None);
         self.store.invalidate_all();
         self.index.clear();

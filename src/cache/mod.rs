@@ -16,11 +16,15 @@
 //! - `redis` (feature `redis`): the shared tier, its connection forms (one server, Sentinel,
 //!   Cluster), its keys, and the invalidation channel; without the feature, `without_redis`
 //!   stands in its place with types that have no value.
+//! - `model_checks` (tests only): the races between a store, a look-up in flight and a
+//!   revocation, explored by shuttle.
 
 mod entry;
 mod index;
 pub(crate) mod key;
 mod local;
+#[cfg(test)]
+mod model_checks;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(not(feature = "redis"))]

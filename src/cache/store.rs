@@ -196,16 +196,10 @@ impl Store {
         }
     }
 
-    /// Drops `key`'s answer.
-    pub(crate) fn invalidate(&self, key: &dyn KeyView) {
-        self.users.invalidate(key);
-        self.rejections.invalidate(key);
-    }
-
     /// Drops `key`'s answer from the caches that hold it: a probe of each, which records no
     /// read, and a removal (moka's costly part: a lock on the key, a write to apply) only where
-    /// it is. For a revocation: an insert that races with it is caught by the revocation log,
-    /// which [`Local::store`](super::local::Local::store) checks again once it has inserted.
+    /// it is. For a revocation: an insert cannot race with it, as
+    /// [`Local::store`](super::local::Local::store) inserts under the lock revocations take.
     pub(crate) fn invalidate_held(&self, key: &dyn KeyView) {
         if self.users.contains_key(key) {
             self.users.invalidate(key);
