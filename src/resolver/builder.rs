@@ -327,7 +327,6 @@ impl ResolverBuilder {
     pub fn build(self) -> Result<Resolver, ConfigError> {
         let (allow, default_endpoint) = self.allow_list()?;
         self.check_limits()?;
-        metrics::gauge!(crate::telemetry::UPSTREAM_SLOTS).set(self.max_concurrent_requests as f64);
         let upstream = Upstream {
             http: self.http_client()?,
             request_timeout: self.request_timeout,
@@ -357,7 +356,8 @@ impl ResolverBuilder {
             late_margin,
             shared: self.shared_cache,
         })?;
-        Ok(Resolver {
+        let slots = self.max_concurrent_requests;
+        let resolver = Resolver {
             inner: Arc::new(Inner {
                 allow,
                 default_endpoint,
@@ -372,7 +372,10 @@ impl ResolverBuilder {
                 counters: Counters::default(),
                 resolutions: telemetry::Resolutions::default(),
             }),
-        })
+        };
+        // Only once nothing can fail: a refused configuration must not show its bound.
+        metrics::gauge!(crate::telemetry::UPSTREAM_SLOTS).set(slots as f64);
+        Ok(resolver)
     }
 
     /// The allowlist (the default authUrl and every `allow_auth_url`) and the default endpoint.
@@ -489,6 +492,43 @@ mod tests {
 
     fn build(b: ResolverBuilder) -> Result<Resolver, ConfigError> {
         b.build()
+    }
+
+    #[test]
+    fn the_upstream_slots_gauge_is_set_only_by_a_resolver_that_is_built() {
+        // A configuration refused late (a root certificate that is not PEM fails in the HTTP
+        // client, after every limit is checked) leaves the gauge alone; a built one sets it.
+        use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let slots = || {
+            snapshotter
+                .snapshot()
+                .into_vec()
+                .into_iter()
+                .find(|(key, ..)| key.key().name() == crate::telemetry::UPSTREAM_SLOTS)
+                .map(|(.., value)| match value {
+                    DebugValue::Gauge(v) => v.into_inner(),
+                    other => panic!("a gauge, not {other:?}"),
+                })
+        };
+        metrics::with_local_recorder(&recorder, || {
+            let refused = Resolver::builder()
+                .default_auth_url("https://a.example")
+                .max_concurrent_requests(7)
+                .add_root_certificate(b"not a certificate")
+                .build();
+            assert!(refused.is_err());
+        });
+        assert_eq!(slots(), None, "a refused configuration sets no bound");
+        metrics::with_local_recorder(&recorder, || {
+            Resolver::builder()
+                .default_auth_url("https://a.example")
+                .max_concurrent_requests(9)
+                .build()
+                .unwrap();
+        });
+        assert_eq!(slots(), Some(9.0));
     }
 
     #[test]

@@ -15,7 +15,9 @@ pub use token_resolver_sessions::telemetry::{
 pub const SESSIONS_OPEN: &str = "game_server_sessions_open";
 /// Counter, label `transport`: sessions accepted since start.
 pub const SESSIONS_TOTAL: &str = "game_server_sessions_total";
-/// Counter, label `reason` (`server_busy`): connections refused before a session began.
+/// Counter, label `reason` (`server_busy`: the node holds `max_connections`;
+/// `too_many_connections`: the client's address holds `max_connections_per_address`):
+/// connections refused before a session began.
 pub const CONNECTIONS_REFUSED_TOTAL: &str = "game_server_connections_refused_total";
 /// Counter, label `type` (`connect`, `search_room`, `join`, `refresh`, `invalid`): messages
 /// received.

@@ -95,27 +95,55 @@ impl Drop for AddressSlot {
     }
 }
 
-/// Counter, label `outcome`: connections an HTTP listener (the admin listener, the WebSocket
-/// listener, the sidecar's) turned away at a cap: `refused` (answered 503 with `Retry-After`)
-/// or `shed` (closed without an answer: too many being answered already, or a listener whose
-/// clients cannot read one).
+/// Counter, labels `outcome` and `cap`: connections an HTTP listener (the admin listener, the
+/// WebSocket listener, the sidecar's) turned away at a cap. `outcome`: `refused` (answered 503
+/// with `Retry-After`) or `shed` (closed without an answer: too many being answered already, or
+/// a listener whose clients cannot read one). `cap` ([`Cap`]): `total` (the listener is full) or
+/// `per_address` (the listener has room, but that client address holds its share already).
 pub const TURNED_AWAY_TOTAL: &str = "game_server_http_turned_away_total";
 
-/// Describes [`TURNED_AWAY_TOTAL`] to the installed recorder and registers both outcomes at
-/// zero.
-pub fn register_metrics() {
-    metrics::describe_counter!(
-        TURNED_AWAY_TOTAL,
-        "Connections an HTTP listener turned away at a cap, by outcome: refused (503) or shed."
-    );
-    for outcome in ["refused", "shed"] {
-        let _ = metrics::counter!(TURNED_AWAY_TOTAL, "outcome" => outcome);
+/// Which cap a connection was turned away at: the label `cap` of [`TURNED_AWAY_TOTAL`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cap {
+    /// The listener holds its `max_connections`: it is full, whoever asks.
+    Total,
+    /// The listener has room, but the client's address holds its `max_connections_per_address`:
+    /// one client over its share, not a full node.
+    PerAddress,
+}
+
+impl Cap {
+    /// Every cap, as registered at zero.
+    pub const ALL: [Cap; 2] = [Cap::Total, Cap::PerAddress];
+
+    /// The value of the `cap` label: `total` or `per_address`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Cap::Total => "total",
+            Cap::PerAddress => "per_address",
+        }
     }
 }
 
-/// Counts one connection turned away, `refused` or `shed`.
-pub(crate) fn count_turned_away(outcome: &'static str) {
-    metrics::counter!(TURNED_AWAY_TOTAL, "outcome" => outcome).increment(1);
+/// Describes [`TURNED_AWAY_TOTAL`] to the installed recorder and registers every outcome and
+/// cap at zero.
+pub fn register_metrics() {
+    metrics::describe_counter!(
+        TURNED_AWAY_TOTAL,
+        "Connections an HTTP listener turned away at a cap, by outcome (refused: 503, or shed) \
+         and by cap (total: the listener is full; per_address: one address over its share)."
+    );
+    for outcome in ["refused", "shed"] {
+        for cap in Cap::ALL {
+            let _ =
+                metrics::counter!(TURNED_AWAY_TOTAL, "outcome" => outcome, "cap" => cap.label());
+        }
+    }
+}
+
+/// Counts one connection turned away at `cap`, `refused` or `shed`.
+pub(crate) fn count_turned_away(outcome: &'static str, cap: Cap) {
+    metrics::counter!(TURNED_AWAY_TOTAL, "outcome" => outcome, "cap" => cap.label()).increment(1);
 }
 
 /// What a connection past a cap is answered: a 503 that says when to come back.
@@ -144,14 +172,14 @@ impl Default for TurnAway {
 }
 
 impl TurnAway {
-    /// Answers `stream` 503 in a task of its own, or closes it when too many are being
-    /// answered already.
-    pub fn answer(&self, stream: TcpStream) {
+    /// Answers `stream`, turned away at `cap`, 503 in a task of its own, or closes it when too
+    /// many are being answered already.
+    pub fn answer(&self, stream: TcpStream, cap: Cap) {
         let Ok(permit) = self.at_once.clone().try_acquire_owned() else {
-            count_turned_away("shed");
+            count_turned_away("shed", cap);
             return;
         };
-        count_turned_away("refused");
+        count_turned_away("refused", cap);
         tokio::spawn(async move {
             let _ = tokio::time::timeout(TURN_AWAY_DEADLINE, answer_busy(stream)).await;
             drop(permit);

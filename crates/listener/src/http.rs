@@ -52,7 +52,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tower_service::Service;
 
-use crate::caps::{PerAddress, TurnAway};
+use crate::caps::{Cap, PerAddress, TurnAway};
 use crate::task::Stopped;
 
 /// Longest wait for requests in progress when a listener served by [`serve`] stops.
@@ -231,18 +231,26 @@ pub async fn serve_with<S, B, T>(
         // An HTTP/1.1 answer means nothing to a client that speaks HTTP/2 only.
         let answers = transport.answers_before_handshake()
             && !matches!(bounds.protocols, Protocols::Http2 { .. });
-        let admitted = per_address.admit(peer.ip()).and_then(|address_slot| {
-            let slot = slots.clone().try_acquire_owned().ok()?;
-            Some((slot, address_slot))
-        });
-        let Some(admitted) = admitted else {
-            tracing::debug!(%peer, "HTTP listener at a cap: connection turned away");
-            if answers {
-                turn_away.answer(stream);
-            } else {
-                crate::caps::count_turned_away("shed");
+        // The total cap first: a full listener is counted as full, whoever asks.
+        let admitted = match slots.clone().try_acquire_owned() {
+            Err(_) => Err(Cap::Total),
+            Ok(slot) => match per_address.admit(peer.ip()) {
+                Some(address_slot) => Ok((slot, address_slot)),
+                None => Err(Cap::PerAddress),
+            },
+        };
+        let admitted = match admitted {
+            Ok(admitted) => admitted,
+            Err(cap) => {
+                let cap_label = cap.label();
+                tracing::debug!(%peer, cap = cap_label, "HTTP listener at a cap: turned away");
+                if answers {
+                    turn_away.answer(stream, cap);
+                } else {
+                    crate::caps::count_turned_away("shed", cap);
+                }
+                continue;
             }
-            continue;
         };
         // Small answers, sent at once: a WebSocket frame must not wait for the last ACK.
         let _ = stream.set_nodelay(true);

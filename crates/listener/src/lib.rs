@@ -9,7 +9,8 @@
 //!   lately, each at most a budget per window;
 //! - [`caps`]: [`PerAddress`], connections counted per client address for a cap on each, and
 //!   [`TurnAway`], the quick 503 a connection past a cap is answered, each counted in
-//!   [`caps::TURNED_AWAY_TOTAL`] (refused, or shed unanswered);
+//!   [`caps::TURNED_AWAY_TOTAL`] (refused, or shed unanswered; at the [`Cap`] in all or per
+//!   address);
 //! - [`forwarded`]: [`TrustedProxies`], the client's address behind the reverse proxies an
 //!   operator names, and the TCP peer otherwise;
 //! - [`secret`]: [`AdminSecret`], the bearer secret of the admin endpoints.
@@ -27,7 +28,7 @@ pub mod secret;
 pub mod task;
 
 pub use budget::Budget;
-pub use caps::{address_key, AddressSlot, PerAddress, TurnAway};
+pub use caps::{address_key, AddressSlot, Cap, PerAddress, TurnAway};
 pub use forwarded::{TrustedProxies, TrustedProxyError};
 pub use http::{Bounds, HttpLimits, Protocols};
 pub use secret::{AdminSecret, AdminSecretError};

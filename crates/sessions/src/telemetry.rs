@@ -15,9 +15,15 @@ use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, Promet
 pub const REVOKED_TOTAL: &str = "game_server_sessions_revoked_total";
 /// Gauge: 1 while `/readyz` would answer 200, 0 while it would answer 503; set at each scrape
 /// of `/metrics`, so that an alert sees what an orchestrator sees.
+///
+/// It is the process's, like every metric of the recorder: a process that runs two admin
+/// listeners (two nodes embedded in one process) shows the readiness of whichever was scraped
+/// last, whichever listener serves the scrape. Run one admin listener per process, or read
+/// each node's `/readyz` instead.
 pub const READY: &str = "game_server_ready";
 /// Gauge, label `reason` (`game_listener`, `draining`, `shared_cache_invalidation`): 1 while
-/// that reason keeps `/readyz` at 503, else 0; set at each scrape of `/metrics`.
+/// that reason keeps `/readyz` at 503, else 0; set at each scrape of `/metrics`, process-wide
+/// as [`READY`] is.
 pub const NOT_READY: &str = "game_server_not_ready";
 /// Every `reason` of [`NOT_READY`].
 pub const NOT_READY_REASONS: [&str; 3] = ["game_listener", "draining", "shared_cache_invalidation"];
@@ -101,11 +107,13 @@ fn register() {
     );
     describe_gauge!(
         READY,
-        "1 while /readyz answers 200, else 0 (set at each scrape)."
+        "1 while /readyz answers 200, else 0 (set at each scrape, process-wide: with two admin \
+         listeners in one process, the node scraped last)."
     );
     describe_gauge!(
         NOT_READY,
-        "1 while this reason keeps /readyz at 503, by reason (set at each scrape)."
+        "1 while this reason keeps /readyz at 503, by reason (set at each scrape, process-wide: \
+         with two admin listeners in one process, the node scraped last)."
     );
     let _ = metrics::counter!(REVOKED_TOTAL);
     let _ = metrics::gauge!(READY);
