@@ -23,6 +23,8 @@ pub(crate) mod key;
 mod local;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "redis")]
+pub(crate) use redis::fuzzing as redis_fuzzing;
 #[cfg(not(feature = "redis"))]
 mod without_redis;
 #[cfg(not(feature = "redis"))]
