@@ -26,7 +26,16 @@ pub fn fuzz_login_body(data: &[u8]) {
 ///   the body held (a password).
 pub fn check_login_body(body: &[u8]) {
     let read = login_body(body);
-    let reference = reference_login(body);
+    let mut reference = reference_login(body);
+    // serde_json skips the value of a field the API ignores without checking its UTF-8 or its
+    // escapes (finding 4 in fuzz/README.md): a body whose only flaw is there is read. Its
+    // known fields must then read as they do in the body made valid.
+    if read.is_ok() && reference.is_none() && serde_json::from_slice::<Value>(body).is_err() {
+        reference = reference_login(String::from_utf8_lossy(body).as_bytes());
+        if reference.is_none() {
+            return;
+        }
+    }
     match (&read, &reference) {
         (Ok(got), Some(expected)) => assert!(got == expected, "reading {}", show(body)),
         (Err(code), None) => assert_eq!(*code, "invalid_request"),

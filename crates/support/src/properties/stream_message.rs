@@ -47,7 +47,16 @@ pub fn fuzz_stream_message(data: &[u8]) {
 ///   secret, nor any other bytes (the reading node's name tried as one).
 pub fn check_stream_message(json: &[u8], node: &str) {
     let read = stream_message(json, node);
-    let reference = reference_message(json, node);
+    let mut reference = reference_message(json, node);
+    // serde_json skips the value of a field the reader ignores without checking its UTF-8 or
+    // its escapes (finding 4 in fuzz/README.md): its known fields must then read as they do in
+    // the message made valid.
+    if read.is_ok() && reference.is_none() && serde_json::from_slice::<Value>(json).is_err() {
+        reference = reference_message(String::from_utf8_lossy(json).as_bytes(), node);
+        if reference.is_none() {
+            return;
+        }
+    }
     match (&read, &reference) {
         (Ok(got), Some(expected)) => assert_eq!(got, expected, "reading {}", show(json)),
         (Err(_), None) => {}
