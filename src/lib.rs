@@ -110,6 +110,15 @@ pub mod trace;
 mod upstream;
 mod user;
 
+// The shared tier's readers of what Redis hands a node (`XREAD`, `XINFO STREAM`, the revocation
+// stream's messages), for the fuzzers and their replay tests: reachable, hidden from the docs,
+// outside semver.
+#[cfg(feature = "redis")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::cache::redis_fuzzing::*;
+}
+
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod axum;

@@ -27,6 +27,8 @@ mod local;
 mod model_checks;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "redis")]
+pub(crate) use redis::fuzzing as redis_fuzzing;
 #[cfg(not(feature = "redis"))]
 mod without_redis;
 #[cfg(not(feature = "redis"))]

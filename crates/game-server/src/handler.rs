@@ -52,6 +52,18 @@ impl From<Vec<u8>> for Reply {
     }
 }
 
+/// Reads one message: the request, or the `bad_request` refusal (the line the client is sent)
+/// for one that is not, naming what is wrong and nothing the client sent.
+pub(super) fn read_request(message: &[u8]) -> Result<Request, Vec<u8>> {
+    serde_json::from_slice::<Request>(message).map_err(|e| {
+        let msg = format!(
+            "expected {{\"type\": \"connect\" | \"search_room\" | \"join\" | \"refresh\", ...}}: {}",
+            blank_quoted(&e.to_string())
+        );
+        refusal(BAD_REQUEST, &msg, false)
+    })
+}
+
 /// Handles one message of `connection`, which came over `transport` (`tcp`, `ws`), keeping in
 /// `holdings` what its resolutions vouched for. Every resolution is logged with the connection
 /// and its outcome (`ok` or the error code).
@@ -63,15 +75,11 @@ pub(super) async fn handle(
     message: &[u8],
 ) -> Reply {
     let connection = caller.connection;
-    let request = match serde_json::from_slice::<Request>(message) {
+    let request = match read_request(message) {
         Ok(request) => request,
-        Err(e) => {
+        Err(refused) => {
             metrics::counter!(MESSAGES_TOTAL, "type" => "invalid").increment(1);
-            let msg = format!(
-                "expected {{\"type\": \"connect\" | \"search_room\" | \"join\" | \"refresh\", ...}}: {}",
-                blank_quoted(&e.to_string())
-            );
-            return refusal(BAD_REQUEST, &msg, false).into();
+            return refused.into();
         }
     };
     metrics::counter!(MESSAGES_TOTAL, "type" => request.kind()).increment(1);

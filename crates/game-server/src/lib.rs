@@ -77,6 +77,10 @@
 #![forbid(unsafe_code)]
 
 mod config;
+// The reader of the clients' messages, for the fuzzers: reachable, hidden from the docs,
+// outside semver.
+#[doc(hidden)]
+pub mod fuzzing;
 mod handler;
 mod protocol;
 mod session;

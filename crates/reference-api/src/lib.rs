@@ -54,6 +54,10 @@
 
 mod admin;
 mod config;
+// The reader of login bodies, for the fuzzers: reachable, hidden from the docs, outside
+// semver.
+#[doc(hidden)]
+pub mod fuzzing;
 mod handlers;
 mod login;
 mod notify;

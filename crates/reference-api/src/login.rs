@@ -46,6 +46,34 @@ pub(super) struct LoginBody {
     device_id: Option<String>,
 }
 
+/// What a login body asks for.
+pub(super) enum Asked {
+    /// A password login.
+    Password { username: String, password: String },
+    /// A guest login, with a valid device id.
+    Guest { device_id: String },
+}
+
+impl LoginBody {
+    /// What the body asks for: a username and a password alone, or a valid device id alone;
+    /// `None` for anything else (answered 400 `invalid_request`).
+    pub(super) fn asks(self) -> Option<Asked> {
+        match self {
+            LoginBody {
+                username: Some(username),
+                password: Some(password),
+                device_id: None,
+            } => Some(Asked::Password { username, password }),
+            LoginBody {
+                username: None,
+                password: None,
+                device_id: Some(device_id),
+            } => valid_device_id(&device_id).then_some(Asked::Guest { device_id }),
+            _ => None,
+        }
+    }
+}
+
 /// `POST /api/login`. The client's address comes from the connection (when the server was
 /// started with it, as [`ReferenceApi::spawn`] does), or from `X-Forwarded-For`/`Forwarded`
 /// when the connection is from a trusted proxy.
@@ -62,23 +90,14 @@ pub(super) async fn login(
     let address = connection.map(|Extension(ConnectInfo(peer))| {
         address_key(api.inner.trusted_proxies.client_address(peer, &headers))
     });
-    let who = match body {
-        LoginBody {
-            username: Some(username),
-            password: Some(password),
-            device_id: None,
-        } => match password_login(&api, address, &username, password).await {
-            Ok(id) => Who::Password(id),
-            Err(response) => return response,
-        },
-        LoginBody {
-            username: None,
-            password: None,
-            device_id: Some(device_id),
-        } => {
-            if !valid_device_id(&device_id) {
-                return error(StatusCode::BAD_REQUEST, "invalid_request");
+    let who = match body.asks() {
+        Some(Asked::Password { username, password }) => {
+            match password_login(&api, address, &username, password).await {
+                Ok(id) => Who::Password(id),
+                Err(response) => return response,
             }
+        }
+        Some(Asked::Guest { device_id }) => {
             let device = sha256(&device_id);
             if let Err(wait) = admit_device(&api, address, device) {
                 tracing::debug!("guest login refused: throttled");
@@ -86,7 +105,7 @@ pub(super) async fn login(
             }
             Who::Guest(device, address)
         }
-        _ => return error(StatusCode::BAD_REQUEST, "invalid_request"),
+        None => return error(StatusCode::BAD_REQUEST, "invalid_request"),
     };
     start_session(&api, who)
 }

@@ -105,7 +105,7 @@ struct Journal {
 
 /// Where a stream opening now takes up, from its `Last-Event-ID`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Resume {
+pub(crate) enum Resume {
     /// No id: a stream that never read, sent what is owed.
     Fresh,
     /// After this event of this process.
@@ -155,17 +155,7 @@ impl Events {
 
     /// Where a stream whose `Last-Event-ID` is `header` takes up.
     fn resume(&self, header: Option<&HeaderValue>) -> Resume {
-        let Some(header) = header else {
-            return Resume::Fresh;
-        };
-        let parsed = (header.to_str().ok())
-            .and_then(|id| id.trim().split_once('-'))
-            .filter(|(epoch, _)| epoch.len() == 16)
-            .and_then(|(epoch, n)| Some((u64::from_str_radix(epoch, 16).ok()?, n.parse().ok()?)));
-        match parsed {
-            Some((epoch, n)) if epoch == self.epoch => Resume::After(n),
-            _ => Resume::Unknown,
-        }
+        resume_at(self.epoch, header)
     }
 
     /// Records an event of `kind` with `data` (`type` is set to `kind`) and sends it to the
@@ -250,6 +240,22 @@ fn place(mut replay: Vec<Arc<Record>>, last: u64) -> Vec<Arc<Record>> {
         }));
     }
     replay
+}
+
+/// Where a stream whose `Last-Event-ID` is `header` takes up, in a process whose ids carry
+/// `epoch`: `<epoch, 16 hex digits>-<n>`, spaces around it ignored.
+pub(crate) fn resume_at(epoch: u64, header: Option<&HeaderValue>) -> Resume {
+    let Some(header) = header else {
+        return Resume::Fresh;
+    };
+    let parsed = (header.to_str().ok())
+        .and_then(|id| id.trim().split_once('-'))
+        .filter(|(theirs, _)| theirs.len() == 16)
+        .and_then(|(theirs, n)| Some((u64::from_str_radix(theirs, 16).ok()?, n.parse().ok()?)));
+    match parsed {
+        Some((theirs, n)) if theirs == epoch => Resume::After(n),
+        _ => Resume::Unknown,
+    }
 }
 
 /// `GET /v1/events`: the stream of session events, from `Last-Event-ID` on when given.

@@ -75,7 +75,7 @@ pub(crate) async fn serve(listener: TcpListener, node: Arc<Node>, stopped: Stopp
 
 /// The shorter of [`CHECK_TIMEOUT`] and the client's `grpc-timeout`, as tonic's server reads
 /// it (at most 8 digits and a unit; ignored when malformed).
-fn check_timeout(request: &Request<CheckRequest>) -> Duration {
+pub(crate) fn check_timeout(request: &Request<CheckRequest>) -> Duration {
     let asked = (request.metadata().get("grpc-timeout"))
         .and_then(|value| value.to_str().ok())
         .filter(|value| !value.is_empty())
@@ -166,27 +166,35 @@ impl Checker {
         authorization: Option<&String>,
         auth_url: &str,
     ) -> Result<token_resolver::Resolution, ResolveError> {
-        let mut headers = HeaderMap::new();
-        if let Some(value) = authorization {
-            let value = HeaderValue::from_str(value).map_err(|_| {
-                ResolveError::token_malformed(
-                    "the Authorization header holds bytes outside visible ASCII",
-                )
-            })?;
-            headers.insert(axum::http::header::AUTHORIZATION, value);
-        }
-        let token = bearer_token(&headers)?;
+        let token = bearer_of(authorization)?;
         let endpoint = self.node.endpoint(auth_url)?;
-        (self.node)
-            .resolve_at(auth_url, &endpoint, token.to_owned())
-            .await
+        (self.node).resolve_at(auth_url, &endpoint, token).await
     }
+}
+
+/// The bearer token of a check's `authorization` header (Envoy passes it as a string), read
+/// as a bearer API reads the header.
+pub(crate) fn bearer_of(authorization: Option<&String>) -> Result<String, ResolveError> {
+    let mut headers = HeaderMap::new();
+    if let Some(value) = authorization {
+        let value = HeaderValue::from_str(value).map_err(|_| {
+            ResolveError::token_malformed(
+                "the Authorization header holds bytes outside visible ASCII",
+            )
+        })?;
+        headers.insert(axum::http::header::AUTHORIZATION, value);
+    }
+    Ok(bearer_token(&headers)?.to_owned())
 }
 
 /// OK, with the user's headers for Envoy to set on the request upstream in place of any the
 /// client sent, and the client's own `x-user-*` and `x-auth-url` among `client` (the checked
 /// request's header names) removed.
-fn allowed<'a>(id: i64, name: &str, client: impl Iterator<Item = &'a String>) -> CheckResponse {
+pub(crate) fn allowed<'a>(
+    id: i64,
+    name: &str,
+    client: impl Iterator<Item = &'a String>,
+) -> CheckResponse {
     let mut ok = OkHttpResponseBuilder::new();
     ok.add_header("x-user-id", id.to_string(), None, false)
         .add_header("x-user-name", encoded_name(name), None, true);

@@ -29,12 +29,16 @@ use token_resolver_sessions::{Credential, Purpose};
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ResolveBody {
-    access_token: String,
+    pub(crate) access_token: String,
     #[serde(default)]
-    auth_url: Option<String>,
+    pub(crate) auth_url: Option<String>,
     #[serde(default)]
-    session: Option<String>,
+    pub(crate) session: Option<String>,
 }
+
+/// What the sidecar answers a body that is not a [`ResolveBody`] with (400 `invalid_request`).
+pub(crate) const BAD_BODY: &str =
+    "the body must be {\"access_token\": \"...\", \"auth_url\"?: \"...\", \"session\"?: \"...\"} and nothing else";
 
 /// `POST /v1/resolve`.
 pub(crate) async fn resolve(
@@ -184,11 +188,7 @@ fn bad_body(rejection: &JsonRejection) -> Response {
             "invalid_request",
             "the body must be JSON (Content-Type: application/json)",
         ),
-        _ => error(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            "the body must be {\"access_token\": \"...\", \"auth_url\"?: \"...\", \"session\"?: \"...\"} and nothing else",
-        ),
+        _ => error(StatusCode::BAD_REQUEST, "invalid_request", BAD_BODY),
     }
 }
 

@@ -37,6 +37,8 @@ mod conn;
 mod connect;
 mod entry;
 mod error;
+// The readers of what Redis hands a node, for the fuzzers: see `crate::fuzzing`.
+pub(crate) mod fuzzing;
 mod invalidation;
 mod scripts;
 mod subscriber;

@@ -67,7 +67,7 @@ const REPLAY_SLACK: Duration = Duration::from_secs(60);
 
 /// A position in the stream: an entry's id (`<ms>-<seq>`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Position(u64, u64);
+pub(super) struct Position(pub(super) u64, pub(super) u64);
 
 impl Position {
     fn parse(id: &str) -> Option<Position> {
@@ -419,29 +419,7 @@ impl Reader {
             Err(e) if e.code() == Some("ERR") => return Ok(self.read_any),
             Err(e) => return Err(e),
         };
-        let fields = stream_info(info);
-        let id = |name: &str| {
-            let value = fields.iter().find(|(k, _)| k == name)?.1.clone();
-            Position::parse(&redis::from_redis_value::<String>(value).ok()?)
-        };
-        let count = |name: &str| {
-            let value = fields.iter().find(|(k, _)| k == name)?.1.clone();
-            redis::from_redis_value::<u64>(value).ok()
-        };
-        if self.read_any && id("last-generated-id").is_some_and(|newest| newest < self.last) {
-            return Ok(true);
-        }
-        let Some(first) = id("recorded-first-entry-id").or_else(|| first_entry_id(&fields)) else {
-            return Ok(self.read_any);
-        };
-        if first <= self.last {
-            return Ok(false);
-        }
-        Ok(match (count("entries-added"), count("length")) {
-            (Some(added), Some(length)) if added > length => true,
-            (Some(_), Some(_)) => self.read_any,
-            _ => true,
-        })
+        Ok(StreamInfo::read(info).missed(self.read_any, self.last))
     }
 
     /// One read: waits up to [`BLOCK`] for revocations after the last one applied, and applies
@@ -554,21 +532,21 @@ fn resync(local: &Local, why: &'static str) {
 
 /// One entry of an `XREAD` reply, its parts moved out of the reply.
 #[derive(Debug, Default, PartialEq)]
-struct Entry {
+pub(super) struct Entry {
     /// Its id.
-    position: Option<Position>,
+    pub(super) position: Option<Position>,
     /// Its message (field `m`).
-    message: Option<Vec<u8>>,
+    pub(super) message: Option<Vec<u8>>,
     /// Its message's MAC (field `s`), in hex.
-    mac: Option<Vec<u8>>,
+    pub(super) mac: Option<Vec<u8>>,
     /// The id of the entry before it (field `p`).
-    prev: Option<Vec<u8>>,
+    pub(super) prev: Option<Vec<u8>>,
 }
 
 /// The entries of an `XREAD` reply (of one stream), moved out of the reply as it came: a node
 /// reads every revocation, and the redis crate's typed stream reply would copy each one and
 /// build a map for it.
-fn stream_entries(reply: redis::Value) -> Vec<Entry> {
+pub(super) fn stream_entries(reply: redis::Value) -> Vec<Entry> {
     use redis::Value;
     // RESP2: [[stream, entries], ..]; RESP3: {stream: entries, ..}.
     let streams: Vec<Value> = match reply {
@@ -619,6 +597,60 @@ fn bytes(value: redis::Value) -> Option<Vec<u8>> {
         redis::Value::SimpleString(text) => Some(text.into_bytes()),
         redis::Value::VerbatimString { text, .. } => Some(text.into_bytes()),
         _ => None,
+    }
+}
+
+/// What [`Reader::missed`] reads of an `XINFO STREAM` answer, as RESP2 or RESP3 gives it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct StreamInfo {
+    /// `last-generated-id`: the newest id the stream ever gave.
+    pub(super) newest: Option<Position>,
+    /// `recorded-first-entry-id` (Redis 7), else the id of `first-entry`.
+    pub(super) first: Option<Position>,
+    /// `entries-added` (Redis 7): how many entries were ever added.
+    pub(super) added: Option<u64>,
+    /// `length`: how many it holds.
+    pub(super) length: Option<u64>,
+}
+
+impl StreamInfo {
+    /// Reads the fields it needs out of `info`; a field that is absent or not of its type is
+    /// `None`.
+    pub(super) fn read(info: redis::Value) -> StreamInfo {
+        let fields = stream_info(info);
+        let id = |name: &str| {
+            let value = fields.iter().find(|(k, _)| k == name)?.1.clone();
+            Position::parse(&redis::from_redis_value::<String>(value).ok()?)
+        };
+        let count = |name: &str| {
+            let value = fields.iter().find(|(k, _)| k == name)?.1.clone();
+            redis::from_redis_value::<u64>(value).ok()
+        };
+        StreamInfo {
+            newest: id("last-generated-id"),
+            first: id("recorded-first-entry-id").or_else(|| first_entry_id(&fields)),
+            added: count("entries-added"),
+            length: count("length"),
+        }
+    }
+
+    /// Whether a reader that has read an entry (`read_any`) up to `last` missed entries: see
+    /// [`Reader::missed`].
+    pub(super) fn missed(&self, read_any: bool, last: Position) -> bool {
+        if read_any && self.newest.is_some_and(|newest| newest < last) {
+            return true;
+        }
+        let Some(first) = self.first else {
+            return read_any;
+        };
+        if first <= last {
+            return false;
+        }
+        match (self.added, self.length) {
+            (Some(added), Some(length)) if added > length => true,
+            (Some(_), Some(_)) => read_any,
+            _ => true,
+        }
     }
 }
 

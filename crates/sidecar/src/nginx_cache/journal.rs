@@ -238,7 +238,12 @@ fn create_new_private(path: &Path) -> io::Result<File> {
 /// The lines of `file` still in force at `now`, each ending at `latest` at most, the first
 /// [`MAX_LINES_READ`] at most; lines that are not a grant (cut short by a crash, or not this
 /// sidecar's) are skipped.
-fn read_in_force(file: File, now: u64, latest: u64, path: &Path) -> io::Result<Vec<(String, u64)>> {
+pub(crate) fn read_in_force(
+    file: impl io::Read,
+    now: u64,
+    latest: u64,
+    path: &Path,
+) -> io::Result<Vec<(String, u64)>> {
     let mut in_force = Vec::new();
     let mut clamped = 0usize;
     let mut reader = BufReader::new(file);

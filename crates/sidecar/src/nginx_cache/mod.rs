@@ -32,7 +32,7 @@
 //! at most). What an embedder configures is `config`'s ([`NginxCache`]).
 
 mod config;
-mod journal;
+pub(crate) mod journal;
 mod purger;
 
 use std::collections::{HashMap, HashSet, VecDeque};

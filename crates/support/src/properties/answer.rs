@@ -102,7 +102,7 @@ fn reference_user(body: &[u8]) -> Option<(i64, String, Map<String, Value>)> {
 }
 
 /// The top-level keys of a JSON object in the order written, duplicates kept.
-fn top_level_keys(body: &[u8]) -> Option<Vec<String>> {
+pub(super) fn top_level_keys(body: &[u8]) -> Option<Vec<String>> {
     struct Keys;
     impl<'de> Visitor<'de> for Keys {
         type Value = Vec<String>;
@@ -138,7 +138,7 @@ fn check_refusal_message(message: &str, body: &[u8]) {
 }
 
 /// The maximal runs of b64token characters of at least `min` bytes: what a token looks like.
-fn token_like_runs(bytes: &[u8], min: usize) -> Vec<&str> {
+pub(super) fn token_like_runs(bytes: &[u8], min: usize) -> Vec<&str> {
     bytes
         .split(|&b| !reference_is_token_char(b as char))
         .filter(|run| run.len() >= min)

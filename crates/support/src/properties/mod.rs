@@ -25,12 +25,48 @@ use token_resolver_player::{RoomInfo, RoomJoinArgs};
 
 mod answer;
 mod auth_url;
+#[cfg(feature = "fuzz-sidecar")]
+mod ext_authz;
+#[cfg(feature = "fuzz-listener")]
+mod forwarded;
+#[cfg(feature = "fuzz-game-server")]
+mod game_message;
+#[cfg(feature = "fuzz-sidecar")]
+mod grants_file;
+#[cfg(feature = "fuzz-sidecar")]
+mod last_event_id;
+#[cfg(feature = "fuzz-reference-api")]
+mod login_body;
+#[cfg(feature = "fuzz-redis")]
+mod redis_reply;
+#[cfg(feature = "fuzz-sidecar")]
+mod resolve_body;
 mod room_auth_url;
+#[cfg(feature = "fuzz-redis")]
+mod stream_message;
 mod token;
 
 pub use self::answer::*;
 pub use self::auth_url::*;
+#[cfg(feature = "fuzz-sidecar")]
+pub use self::ext_authz::*;
+#[cfg(feature = "fuzz-listener")]
+pub use self::forwarded::*;
+#[cfg(feature = "fuzz-game-server")]
+pub use self::game_message::*;
+#[cfg(feature = "fuzz-sidecar")]
+pub use self::grants_file::*;
+#[cfg(feature = "fuzz-sidecar")]
+pub use self::last_event_id::*;
+#[cfg(feature = "fuzz-reference-api")]
+pub use self::login_body::*;
+#[cfg(feature = "fuzz-redis")]
+pub use self::redis_reply::*;
+#[cfg(feature = "fuzz-sidecar")]
+pub use self::resolve_body::*;
 pub use self::room_auth_url::*;
+#[cfg(feature = "fuzz-redis")]
+pub use self::stream_message::*;
 pub use self::token::*;
 
 /// JSON equality where two floats are equal within a relative 1e-15: serde_json's default

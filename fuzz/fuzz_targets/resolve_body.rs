@@ -1,0 +1,7 @@
+//! `check_resolve_body` in the support crate's `properties` (crates/support/src/properties/resolve_body.rs)
+//! holds the properties, `fuzz_resolve_body` the input format.
+#![no_main]
+
+use token_resolver_support::properties;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| properties::fuzz_resolve_body(data));
