@@ -85,7 +85,15 @@ fn main() {
     // enabled at, so the plain and off rounds do not inherit the on round's DEBUG.
     let time = |which: usize| -> f64 {
         let dispatch = match which {
-            0 => None,
+            0 => {
+                // Registering a dispatcher that is off, and dropping it, recomputes the levels
+                // with no live subscriber: the on round's DEBUG is not inherited.
+                drop(Dispatch::new(
+                    tracing_subscriber::registry()
+                        .with(tracing_subscriber::filter::LevelFilter::OFF),
+                ));
+                None
+            }
             1 => Some(tracing_off()),
             _ => Some(tracing_on(&provider)),
         };

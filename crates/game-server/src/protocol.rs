@@ -127,40 +127,82 @@ pub(super) fn encode(message: &ServerMessage) -> Vec<u8> {
 /// sent (its token among them) is echoed. serde_json quotes a client's strings in `"…"` and its
 /// other values and unknown names in backticks; backticks also quote the schema's own names
 /// (`missing field`, `duplicate field`, and everything after `expected`), which are kept.
+///
+/// A client's value may itself hold the quote that closes it (a backtick, or `\"` in a string
+/// serde shows escaped), so its end is not the next quote: it is where serde's own text goes
+/// on after it (`, expected …`, `, there are no …`, or the ` at line …` serde_json appends),
+/// the last such place, since serde's text follows the value; a message of another shape is cut
+/// at the quote. Found by the `game_message` fuzz target (fuzz/README.md, finding 3).
 pub(super) fn blank_quoted(message: &str) -> String {
     let mut out = String::new();
-    let mut quote = None;
-    for c in message.chars() {
-        match (quote, c) {
-            (None, '"') => {
-                out.push('"');
-                quote = Some(('"', false));
+    let mut rest = message;
+    while let Some(at) = rest.find(['"', '`']) {
+        let quote = if rest.as_bytes()[at] == b'"' {
+            '"'
+        } else {
+            '`'
+        };
+        out.push_str(&rest[..at]);
+        out.push(quote);
+        let ours = quote == '`'
+            && (out.ends_with("missing field `")
+                || out.ends_with("duplicate field `")
+                || out.contains("expected"));
+        let inside = &rest[at + 1..];
+        if ours {
+            // The schema's own name: kept, up to its closing backtick.
+            let close = inside.find('`').map_or(inside.len(), |c| c + 1);
+            out.push_str(&inside[..close]);
+            rest = &inside[close..];
+            continue;
+        }
+        out.push('…');
+        // serde follows a value it quotes with `, expected …` or `, there are no …`; serde_json
+        // then appends ` at line …`. The last such place is serde's: its own text comes after.
+        let last = |after: &str| inside.rfind(&format!("{quote}{after}"));
+        let close = [", expected ", ", there are no "]
+            .into_iter()
+            .filter_map(last)
+            .max()
+            .or_else(|| last(" at line "));
+        match close {
+            Some(close) => {
+                out.push(quote);
+                rest = &inside[close + 1..];
             }
-            (None, '`') => {
-                let ours = out.ends_with("missing field ")
-                    || out.ends_with("duplicate field ")
-                    || out.contains("expected");
-                out.push('`');
-                quote = Some(('`', ours));
-            }
-            (None, c) => out.push(c),
-            (Some((end, keep)), c) if c == end => {
-                if !keep {
-                    out.push('…');
-                }
-                out.push(c);
-                quote = None;
-            }
-            (Some((_, true)), c) => out.push(c),
-            (Some((_, false)), _) => {}
+            // Not a shape serde writes: everything after the opening quote may be the
+            // client's.
+            None => rest = "",
         }
     }
+    out.push_str(rest);
     out.chars().take(MAX_ECHOED_ERROR_CHARS).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quote_inside_the_clients_value_does_not_end_its_blanking() {
+        for error in [
+            "unknown variant `SEC`RET`, expected one of `connect`, `join` at line 1 column 17",
+            r#"invalid type: string "SEC\"RET", expected u16 at line 1 column 9"#,
+            "unknown field `SEC`RET` at line 1 column 12",
+            "unknown field `SEC`RET`, there are no fields at line 1 column 12",
+            "unknown field `SEC`, there are no RET`, expected one of `a` at line 1 column 12",
+            "invalid type: string \"SEC\"RET at line 1 column 3",
+        ] {
+            let shown = blank_quoted(error);
+            assert!(!shown.contains("RET"), "{error} shown as {shown}");
+        }
+        assert_eq!(
+            blank_quoted(
+                "unknown variant `SEC`RET`, expected one of `connect`, `join` at line 1 column 17"
+            ),
+            "unknown variant `…`, expected one of `connect`, `join` at line 1 column 17"
+        );
+    }
 
     #[test]
     fn blank_quoted_hides_the_clients_values_and_keeps_the_schemas_names() {
