@@ -584,3 +584,49 @@ async fn a_grpc_connection_is_closed_when_idle_and_sent_goaway_at_its_maximum_ag
     );
     grpc.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_check_continues_the_trace_envoy_passes_on_to_the_integrator() {
+    use opentelemetry::trace::{SpanId, TracerProvider as _};
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const CALLER_SPAN: &str = "00f067aa0ba902b7";
+    // Spans into memory, for this thread (the current-thread runtime runs the server here too).
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("test"));
+    let _traced = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+
+    let api = support::api_answering(|_| support::user_answer(7, "alice")).await;
+    let resolver = support::resolver_for(&api.url()).build().unwrap();
+    let grpc = Sidecar::new(resolver, SidecarConfig::default())
+        .spawn_grpc("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let traceparent = format!("00-{TRACE}-{CALLER_SPAN}-01");
+    let bearer = format!("Bearer {}", support::GOOD_TOKEN);
+    let answer = client(&grpc)
+        .await
+        .check(check_request(
+            &[("authorization", &bearer), ("traceparent", &traceparent)],
+            &[],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.status.as_ref().map(|s| s.code), Some(0), "OK");
+
+    let seen = api.seen();
+    let sent = seen[0].header("traceparent").expect("a traceparent");
+    assert_eq!(sent.split('-').nth(1), Some(TRACE), "{sent}");
+    let spans = exporter.get_finished_spans().unwrap();
+    let check = (spans.iter())
+        .find(|s| s.name == "envoy.service.auth.v3.Authorization/Check")
+        .unwrap_or_else(|| panic!("no check span in {spans:?}"));
+    assert_eq!(check.parent_span_id, SpanId::from_hex(CALLER_SPAN).unwrap());
+    assert!(check.parent_span_is_remote);
+}
