@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::config::GameServerConfig;
-use super::protocol::{SERVER_BUSY, TOO_MANY_CONNECTIONS};
+use super::protocol::{LOGIN_TIMEOUT, RATE_LIMITED, SERVER_BUSY, TOO_MANY_CONNECTIONS};
 use token_resolver::{Endpoint, Identity, PlainHttp, Resolver};
 use token_resolver_listener::{AddressSlot, Budget, PerAddress};
 use token_resolver_player::RoomInfo;
@@ -207,7 +207,14 @@ impl AdminNode for Shared {
     /// The game server's own metrics, at zero under their fixed label values (the error codes
     /// a flood or a full node brings; every other code appears when first sent).
     fn register_metrics(&self) {
-        super::telemetry::register();
+        let refusals = [SERVER_BUSY, TOO_MANY_CONNECTIONS];
+        let errors = [
+            RATE_LIMITED,
+            LOGIN_TIMEOUT,
+            SERVER_BUSY,
+            TOO_MANY_CONNECTIONS,
+        ];
+        super::telemetry::register(&refusals, &errors);
     }
 }
 

@@ -28,10 +28,11 @@ pub const ERRORS_TOTAL: &str = "game_server_errors_total";
 pub const DRAINING: &str = "game_server_draining";
 
 /// Describes the game server's metrics and registers them at zero: sessions per transport,
-/// messages per type, refusals per reason, the error codes a login flood or a full node brings,
-/// draining. Called when an admin listener with a recorder starts.
-pub(crate) fn register() {
-    use super::protocol::{LOGIN_TIMEOUT, RATE_LIMITED, SERVER_BUSY, TOO_MANY_CONNECTIONS};
+/// messages per type, connections refused for each of `refusals`, error messages for each of
+/// `errors` (the codes a login flood or a full node brings), draining. Called when an admin
+/// listener with a recorder starts; the codes are the protocol's, given by the caller, so that
+/// the protocol's module, which counts with these names, is not also this one's dependency.
+pub(crate) fn register(refusals: &[&'static str], errors: &[&'static str]) {
     use metrics::{describe_counter, describe_gauge};
     describe_gauge!(SESSIONS_OPEN, "Sessions open now, by transport.");
     describe_counter!(
@@ -52,15 +53,10 @@ pub(crate) fn register() {
     for kind in ["connect", "search_room", "join", "refresh", "invalid"] {
         let _ = metrics::counter!(MESSAGES_TOTAL, "type" => kind);
     }
-    for reason in [SERVER_BUSY, TOO_MANY_CONNECTIONS] {
+    for &reason in refusals {
         let _ = metrics::counter!(CONNECTIONS_REFUSED_TOTAL, "reason" => reason);
     }
-    for code in [
-        RATE_LIMITED,
-        LOGIN_TIMEOUT,
-        SERVER_BUSY,
-        TOO_MANY_CONNECTIONS,
-    ] {
+    for &code in errors {
         let _ = metrics::counter!(ERRORS_TOTAL, "code" => code);
     }
     let _ = metrics::gauge!(DRAINING);
