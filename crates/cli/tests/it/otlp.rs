@@ -63,8 +63,8 @@ async fn resolve(sidecar: &SidecarProcess, token: &str, traceparent: Option<&str
     request.send().await.unwrap().status().as_u16()
 }
 
-/// SIGTERM, the exit awaited (at most 15 s: a drain, and the last export), and what the process
-/// wrote on stderr.
+/// SIGTERM, the exit awaited ([`SidecarProcess::terminate`]), and what the process wrote on
+/// stderr.
 async fn stop(sidecar: &mut SidecarProcess) -> String {
     let mut stderr = sidecar.child.stderr.take().unwrap();
     // Read beside the wait, so that a process that does not exit fails the wait, not a read.
@@ -73,20 +73,7 @@ async fn stop(sidecar: &mut SidecarProcess) -> String {
         let _ = stderr.read_to_string(&mut logs);
         logs
     });
-    let status = Command::new("kill")
-        .args(["-TERM", &sidecar.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    support::eventually_within(
-        "the sidecar exits after SIGTERM",
-        Duration::from_secs(15),
-        || {
-            let exited = sidecar.child.try_wait().unwrap().is_some();
-            async move { exited }
-        },
-    )
-    .await;
+    sidecar.terminate().await;
     reader.join().unwrap()
 }
 

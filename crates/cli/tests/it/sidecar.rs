@@ -61,6 +61,25 @@ impl SidecarProcess {
         SidecarProcess { child, banner }
     }
 
+    /// Sends SIGTERM and waits for the exit, at most 15 s: its drain may take up to its default
+    /// 10 s, then the admin listener's stop and the last export of spans.
+    pub(crate) async fn terminate(&mut self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        support::eventually_within(
+            "the sidecar exits after SIGTERM",
+            Duration::from_secs(15),
+            || {
+                let exited = self.child.try_wait().unwrap().is_some();
+                async move { exited }
+            },
+        )
+        .await;
+    }
+
     /// The address on the banner line that starts with `prefix`.
     pub(crate) fn addr(&self, prefix: &str) -> SocketAddr {
         let line = (self.banner.lines())
@@ -141,21 +160,7 @@ async fn the_sidecar_subcommand_serves_its_three_listeners_and_drains_on_sigterm
         .unwrap();
     assert_eq!(ready.status(), 200);
 
-    let status = Command::new("kill")
-        .args(["-TERM", &sidecar.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    // Within 15 s: its drain may take up to its default 10 s, and the admin listener's stop.
-    support::eventually_within(
-        "the sidecar exits after SIGTERM",
-        Duration::from_secs(15),
-        || {
-            let exited = sidecar.child.try_wait().unwrap().is_some();
-            async move { exited }
-        },
-    )
-    .await;
+    sidecar.terminate().await;
     // The status try_wait saw.
     let exited = sidecar.child.wait().unwrap();
     assert!(exited.success(), "{exited:?}");
