@@ -5,44 +5,10 @@
 //! properties need). The four targets of the first round replay in the library's
 //! `tests/it/fuzz_regressions.rs`.
 
-#![allow(dead_code)]
-
-use std::path::PathBuf;
-
-/// Runs `check` on each file of `fuzz/regressions/<target>/`, naming the file that fails.
-fn replay(target: &str, check: fn(&[u8])) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/regressions")
-        .join(target);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.is_file())
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 5,
-        "{}: only {} inputs",
-        dir.display(),
-        files.len()
-    );
-    for file in &files {
-        let data = std::fs::read(file).unwrap();
-        if let Err(panic) = std::panic::catch_unwind(|| check(&data)) {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            panic!("{} breaks a property: {message}", file.display());
-        }
-    }
-}
-
 #[cfg(feature = "fuzz-redis")]
 mod redis {
-    use super::replay;
     use token_resolver_support::properties;
+    use token_resolver_support::properties::replay;
 
     #[test]
     fn redis_reply_regressions_keep_their_properties() {
@@ -82,8 +48,8 @@ mod redis {
 
 #[cfg(feature = "fuzz-sidecar")]
 mod sidecar {
-    use super::replay;
     use token_resolver_support::properties;
+    use token_resolver_support::properties::replay;
 
     #[test]
     fn grants_file_regressions_keep_their_properties() {
@@ -108,7 +74,7 @@ mod sidecar {
 #[test]
 fn game_message_regressions_keep_their_properties() {
     // Pins down the game server's reader of client messages on every committed message.
-    replay(
+    token_resolver_support::properties::replay(
         "game_message",
         token_resolver_support::properties::fuzz_game_message,
     );
@@ -118,7 +84,7 @@ fn game_message_regressions_keep_their_properties() {
 #[test]
 fn forwarded_regressions_keep_their_properties() {
     // Pins down the client address behind trusted proxies on every committed header set.
-    replay(
+    token_resolver_support::properties::replay(
         "forwarded",
         token_resolver_support::properties::fuzz_forwarded,
     );
@@ -128,7 +94,7 @@ fn forwarded_regressions_keep_their_properties() {
 #[test]
 fn login_body_regressions_keep_their_properties() {
     // Pins down the reference API's reader of login bodies on every committed body.
-    replay(
+    token_resolver_support::properties::replay(
         "login_body",
         token_resolver_support::properties::fuzz_login_body,
     );
@@ -138,7 +104,7 @@ fn login_body_regressions_keep_their_properties() {
 #[test]
 fn ext_authz_regressions_keep_their_properties() {
     // Pins down the ext_authz check's reading of CheckRequest headers on every committed input.
-    replay(
+    token_resolver_support::properties::replay(
         "ext_authz",
         token_resolver_support::properties::fuzz_ext_authz,
     );

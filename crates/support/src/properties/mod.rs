@@ -99,3 +99,35 @@ fn show(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(300)]);
     format!("{text:?} ({} bytes)", bytes.len())
 }
+
+/// Runs `check` on each committed input of fuzz target `target` (`fuzz/regressions/<target>/`:
+/// the seeds, the corpus entries worth keeping, and every crash a fuzzer found; at least five),
+/// naming the file that breaks it: the stable tests' replay of what the fuzzers run.
+pub fn replay(target: &str, check: fn(&[u8])) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/regressions")
+        .join(target);
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.is_file())
+        .collect();
+    files.sort();
+    assert!(
+        files.len() >= 5,
+        "{}: only {} inputs",
+        dir.display(),
+        files.len()
+    );
+    for file in &files {
+        let data = std::fs::read(file).unwrap();
+        if let Err(panic) = std::panic::catch_unwind(|| check(&data)) {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            panic!("{} breaks a property: {message}", file.display());
+        }
+    }
+}
