@@ -179,11 +179,19 @@ impl Resource {
         }
     }
 
-    /// A slope of this resource per hour as the report prints it.
+    /// A slope of this resource per hour as the report prints it (signed).
     fn show_slope(self, per_hour: f64) -> String {
         match self {
             Self::Rss => format!("{:+.2} MiB", per_hour / MIB),
             _ => format!("{per_hour:+.1}"),
+        }
+    }
+
+    /// A tolerance of this resource per hour as the report prints it.
+    fn show_tolerance(self, per_hour: f64) -> String {
+        match self {
+            Self::Rss => format!("{:.2} MiB", per_hour / MIB),
+            _ => format!("{per_hour:.1}"),
         }
     }
 }
@@ -500,7 +508,7 @@ impl fmt::Display for SoakReport {
                     shown(t.min),
                     shown(t.max),
                     slope,
-                    r.show_slope(t.tolerance_per_hour),
+                    r.show_tolerance(t.tolerance_per_hour),
                     t.verdict.as_str()
                 )?;
             }
