@@ -155,16 +155,17 @@ fn noise_within_the_tolerance_passes() {
     );
 }
 
-/// A descriptor lost a minute, or a task left behind every 30 s, is a leak of its resource
-/// while memory stays flat.
+/// A descriptor lost every 6 s, or a task left behind every 5 s (600 and 720 an hour, over the
+/// tolerance of 300), is a leak of its resource while memory stays flat; a descriptor lost
+/// every 20 s (180 an hour) is within it.
 #[test]
 fn a_descriptor_or_task_leak_fails() {
     let mut samples = series("node-1", 60, |_| 43.0);
     for s in &mut samples {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         {
-            s.fds = 24 + (s.t_s / 60.0) as u64;
-            s.tasks = Some(40 + (s.t_s / 30.0) as u64);
+            s.fds = 24 + (s.t_s / 6.0) as u64;
+            s.tasks = Some(40 + (s.t_s / 5.0) as u64);
         }
     }
     let report = check_soak(&samples, &SoakBounds::default());
@@ -181,6 +182,18 @@ fn a_descriptor_or_task_leak_fails() {
             "{resource:?}: {report}"
         );
     }
+    for s in &mut samples {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        {
+            s.fds = 24 + (s.t_s / 20.0) as u64;
+        }
+    }
+    let report = check_soak(&samples, &SoakBounds::default());
+    assert_eq!(
+        report.trend("node-1", Resource::Fds).map(|t| t.verdict),
+        Some(Verdict::Flat),
+        "{report}"
+    );
 }
 
 /// A run of 11 minutes leaves 6 samples after the 10-minute warm-up: no verdict, even though
