@@ -213,19 +213,19 @@ const HOUR_S: f64 = 3600.0;
 /// - memory: the slope may reach 2 MiB an hour, or 5 % of the process's mean resident memory
 ///   after the warm-up an hour, whichever is larger. 2 MiB an hour is what a leak of 600 bytes
 ///   (one small allocation) per second amounts to, far below the +16.5 MiB an hour issue 34
-///   reported. A flat process under 300 players a second moves by about 3 MiB (one standard
+///   reported. A flat process under 300 players a second moves by 2 to 4 MiB (one standard
 ///   deviation) from sample to sample with the players in flight (docs/chaos-soak.md); over
-///   50 minutes of samples every 10 s that puts the slope's standard error near 0.7 MiB an
-///   hour, so the tolerance (3.2 MiB an hour for a 65 MiB sidecar, by the relative term) is
-///   over four of them. The relative term also keeps a process that holds hundreds of MiB of
+///   50 minutes of samples every 10 s that puts the slope's standard error near 0.5 to 1 MiB
+///   an hour, so the tolerance (3.2 MiB an hour for a 65 MiB sidecar, by the relative term) is
+///   three or more of them. The relative term also keeps a process that holds hundreds of MiB of
 ///   cache from failing on the allocator's own drift;
 /// - descriptors: 300 an hour; tasks: 300 an hour (five a minute); threads: 4 an hour. A leak
 ///   of one per player, per ban or per stream is thousands an hour (one ban in 97 players at
 ///   300 a second: 11,000). The sampled descriptors and tasks move with the connections and
-///   sessions open at that moment: one standard deviation near 100 in the runs of
-///   docs/chaos-soak.md, a slope's standard error near 25 an hour over 50 minutes, so a
-///   tolerance of one a minute would fail flat runs; 300 is twelve of them. The threads did
-///   not move in those runs.
+///   sessions open at that moment: one standard deviation of 90 to 210 in the runs of
+///   docs/chaos-soak.md, a slope's standard error of 25 to 50 an hour over 50 minutes, so a
+///   tolerance of one a minute would fail flat runs; 300 is six or more of them. The threads
+///   did not move in those runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SoakBounds {
     /// Left out at the start of each process's series (from its first sample). Default 10 min.
