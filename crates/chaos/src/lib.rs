@@ -26,6 +26,7 @@
 //! | [`checker`] | the invariants' semantics, and [`check`] |
 //! | [`leaks`] | the "no token leaked" search ([`check_leaks`]) over the texts and [`Secrets`] the run passes in memory |
 //! | [`report`] | the [`Report`]: summary, worst delay per bound, `violations: N`, each violation explained |
+//! | [`soak`] | the soak's resource check: [`Sample`]s of RSS, descriptors, threads and tasks, their slope after a warm-up against [`SoakBounds`], the [`SoakReport`] |
 //!
 //! What the run provides: the history (or the events in memory), the [`Bounds`] it ran
 //! under, and after the run the real tokens ([`Secrets`]) and the texts it collected
@@ -55,6 +56,7 @@ pub mod history;
 pub mod leaks;
 mod model;
 pub mod report;
+pub mod soak;
 
 use std::io::BufReader;
 use std::path::Path;
@@ -67,6 +69,9 @@ pub use self::history::{
 };
 pub use self::leaks::{check_leaks, Collected, Secrets};
 pub use self::report::{BoundKind, EventRef, Invariant, Report, Violation, Worst};
+pub use self::soak::{
+    check_soak, read_samples, write_samples, Resource, Sample, SoakBounds, SoakReport, Verdict,
+};
 
 /// Reads the history at `path` and checks it.
 ///

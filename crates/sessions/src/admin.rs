@@ -147,6 +147,7 @@ async fn metrics(State(state): State<AdminState>) -> Response {
     match &state.metrics {
         Some(metrics) => {
             record_readiness(&not_ready(&*state.node));
+            record_alive_tasks();
             (
                 [(
                     header::CONTENT_TYPE,
@@ -177,6 +178,14 @@ fn record_readiness(not_ready: &[&'static str]) {
             0.0
         });
     }
+}
+
+/// Sets [`ALIVE_TASKS`](telemetry::ALIVE_TASKS) from the runtime serving this scrape.
+fn record_alive_tasks() {
+    let alive = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    metrics::gauge!(telemetry::ALIVE_TASKS).set(alive as f64);
 }
 
 /// `POST /admin/revoke`: see `revoke`.

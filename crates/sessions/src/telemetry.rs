@@ -1,7 +1,8 @@
 //! What live sessions and the admin listener record, and how a process exposes it:
-//! [`REVOKED_TOTAL`], and [`Metrics`], the Prometheus recorder behind the admin listener's
-//! `/metrics`. The names keep the `game_server_` prefix the game server gave them first: the
-//! sidecar's sessions are counted under the same name.
+//! [`REVOKED_TOTAL`], the gauges set at each scrape ([`READY`], [`ALIVE_TASKS`]), and
+//! [`Metrics`], the Prometheus recorder behind the admin listener's `/metrics`. The names keep
+//! the `game_server_` prefix the game server gave them first: the sidecar's sessions are
+//! counted under the same name.
 //!
 //! No label carries a token, a user name or a user id.
 
@@ -25,6 +26,13 @@ pub const READY: &str = "game_server_ready";
 /// that reason keeps `/readyz` at 503, else 0; set at each scrape of `/metrics`, process-wide
 /// as [`READY`] is.
 pub const NOT_READY: &str = "game_server_not_ready";
+/// Gauge: the process's alive tokio tasks (tokio's `RuntimeMetrics::num_alive_tasks`), set at
+/// each scrape of `/metrics`. A count that keeps rising under a steady load is a task leak: the
+/// soak check (`token_resolver_chaos::soak`) holds its slope to a tolerance.
+///
+/// It counts the tasks of the runtime that serves the scrape: the binary runs one runtime per
+/// process, so that is every task of the game server or the sidecar.
+pub const ALIVE_TASKS: &str = "token_resolver_runtime_alive_tasks";
 /// Every `reason` of [`NOT_READY`].
 pub const NOT_READY_REASONS: [&str; 3] = ["game_listener", "draining", "shared_cache_invalidation"];
 
@@ -115,8 +123,13 @@ fn register() {
         "1 while this reason keeps /readyz at 503, by reason (set at each scrape, process-wide: \
          with two admin listeners in one process, the node scraped last)."
     );
+    describe_gauge!(
+        ALIVE_TASKS,
+        "The process's alive tokio tasks (set at each scrape)."
+    );
     let _ = metrics::counter!(REVOKED_TOTAL);
     let _ = metrics::gauge!(READY);
+    let _ = metrics::gauge!(ALIVE_TASKS);
     for reason in NOT_READY_REASONS {
         let _ = metrics::gauge!(NOT_READY, "reason" => reason);
     }

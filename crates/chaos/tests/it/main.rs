@@ -4,6 +4,7 @@
 mod checker;
 mod history;
 mod leaks;
+mod soak;
 
 use token_resolver_chaos::{
     Event, Expiry, FaultBegin, FaultEnd, FaultKind, Kind, Op, OpKind, Outcome, SessionEvent,

@@ -10,7 +10,9 @@
 //!   `token-resolver game-server` and `token-resolver sidecar` has every metric each panel and
 //!   each rule names, and evaluates every expression;
 //! - [`scraped`]: the metrics the alerts read (readiness, revocation delay, connections turned
-//!   away and at which cap), scraped from an admin listener.
+//!   away and at which cap), scraped from an admin listener;
+//! - [`tasks`]: the soak's task count, rising and falling with a product's sessions and
+//!   streams.
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +23,7 @@ mod live_prometheus;
 mod promql;
 mod rules;
 mod scraped;
+mod tasks;
 
 /// The `token-resolver` binary.
 const BIN: &str = env!("CARGO_BIN_EXE_token-resolver");
