@@ -3,35 +3,44 @@
 //!
 //! Keys are found by their user (at their endpoint), which covers a ban, a logout (a session
 //! is one of a user's: the cached answer says which), and by their token's fingerprint when a
-//! shared tier sends revocations that name a token without carrying it. The user table holds
-//! one entry per key: the user's hash (the user at an endpoint) and the very key the store
-//! holds, two words, so that adding or dropping a key costs a look-up among that user's few
-//! entries; past [`FEW`] keys a user's keys get a table of their own, found by fingerprint, so
-//! that no user's count of tokens makes an insert under the index's lock cost more.
-//! Fingerprints are not kept for the few: a ban that takes a key from the token table too
-//! computes its fingerprint again. The token table holds one entry per key.
-//! A key is indexed once: one equal to a key indexed already (a token cached anew) takes its
-//! place. Rejections are not indexed: a revocation has nothing to take from them.
+//! shared tier sends revocations that name a token without carrying it.
+//!
+//! # Layout
+//!
+//! The keys themselves sit in one list of slots ([`Keys`]), each the very key the store holds
+//! and its user's hash (two words); a slot freed is reused by the next key. The tables hold
+//! slot positions (four bytes each):
+//! - `by_user`, by the user's hash, one entry per key, so that adding or dropping a key costs a
+//!   look-up among that user's few entries. Past [`FEW`] keys a user's keys get a table of
+//!   their own in `many`, by the key's own hash, so that no user's count of tokens makes an
+//!   insert under the index's lock cost more.
+//! - `by_token`, with a shared tier only, by fingerprint; the fingerprints are then kept in a
+//!   column beside the slots, so that nothing computes one (an HMAC) under the lock.
+//!
+//! A key is indexed once per user: one equal to a key the same user has indexed already (a
+//! token cached anew) takes its slot. Rejections are not indexed: a revocation has nothing to
+//! take from them.
+//!
+//! # The sweep
 //!
 //! The index keeps itself, without the store's help: a moka eviction listener would make moka
 //! lock every key it removes and call back for each, which is most of what a revocation costs
 //! it. A revocation takes out of the index what it drops from the store. What the store drops
 //! on its own (expired, evicted to make room, replaced by a rejection) stays behind until the
-//! sweep reaches it: every insert looks at the [`SWEEP`] oldest of a queue of the index's keys,
-//! forgets those the store no longer holds and puts the others back at the end. Every key is
-//! looked at once in each pass, and a pass takes fewer inserts than the index holds keys, so
-//! the keys left behind stay within a small multiple of what the store holds and nothing ever
-//! walks the index. A key left behind costs memory and nothing else: a revocation that finds
-//! one drops nothing.
+//! sweep reaches it: every insert walks the slots on from where the last one stopped, looking
+//! at [`SWEEP`] keys (or [`SWEEP_SLOTS`] slots, free ones included), and forgets those the
+//! store no longer holds. Every key is looked at once in each pass, and a pass takes fewer
+//! inserts than the index holds keys, so the keys left behind stay within a small multiple of
+//! what the store holds and nothing ever walks the index. A key left behind costs memory and
+//! nothing else: a revocation that finds one drops nothing.
 //!
 //! Every key the store holds as a user is in the index: [`Local::store`] indexes what it stores
 //! right after storing it (and checks the revocation log again once it has); the sweep forgets
 //! a key only when the store holds nothing equal to it, and both it and a revocation forget a
-//! key by identity, never an equal key indexed meanwhile.
+//! key by its slot, never an equal key indexed meanwhile in another.
 //!
 //! [`Local::store`]: super::local::Local::store
 
-use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -40,33 +49,131 @@ use smallvec::SmallVec;
 
 use super::key::{CacheKey, KeyHasher, KeyView};
 
-/// Keys of the queue each insert looks at.
+/// Keys each insert's sweep looks at.
 const SWEEP: usize = 2;
 
-/// A token's fingerprint, the key it finds, and the hash of the key's user.
-type TokenEntry = (u64, CacheKey, u64);
+/// Slots each insert's sweep looks at, at most, free ones included: a pass over slots mostly
+/// freed (after the store emptied) still ends in fewer inserts than there are slots.
+const SWEEP_SLOTS: usize = 8;
 
-/// A user's hash and one of the user's keys: a user of several keys has as many entries, under
-/// one hash. Two words, the least an entry can be: most users hold one token at a time, and
-/// every cached user pays for this table's slots.
-type UserEntry = (u64, CacheKey);
-
-/// Past this many keys, a user's keys leave `by_user` for a table of their own
-/// ([`ManyEntry`]), found by fingerprint: an insert or a removal then costs a look-up, not a
-/// walk of the user's entries. A player holds a token or two; a user with thousands (a bot, a
-/// load test, someone minting tokens to slow the index's lock for everyone) is the case this
-/// is for.
+/// Past this many keys, a user's keys leave `by_user` for a table of their own in `many`, found
+/// by the key's hash: an insert or a removal then costs a look-up, not a walk of the user's
+/// entries. A player holds a token or two; a user with thousands (a bot, a load test, someone
+/// minting tokens to slow the index's lock for everyone) is the case this is for.
 const FEW: usize = 32;
 
-/// A user's hash and the user's keys, more than [`FEW`] of them, hashed by their fingerprint
-/// (already a keyed hash). Boxed: a user of the other table costs this one nothing.
-type ManyEntry = (u64, Box<HashTable<(CacheKey, u64)>>);
+/// A slot's position in [`Keys`]: four bytes in each table rather than a key's eight, with the
+/// user's hash kept once, in the slot.
+type Pos = u32;
+
+/// No slot: the end of the free list.
+const NONE: Pos = Pos::MAX;
+
+/// One of [`Keys`]' slots.
+enum Slot {
+    /// An indexed key and its user's hash.
+    Key(CacheKey, u64),
+    /// A free slot, and the next free one ([`NONE`] for none).
+    Free(Pos),
+}
+
+/// Every indexed key, in slots the tables point to by position.
+struct Keys {
+    slots: Vec<Slot>,
+    /// The first free slot, [`NONE`] when every slot holds a key.
+    free: Pos,
+    /// Each slot's token fingerprint, when tokens are indexed (`None` otherwise): the token
+    /// table's hash, kept so that removing a key computes nothing.
+    fingerprints: Option<Vec<u64>>,
+    /// Slots that hold a key.
+    len: usize,
+}
+
+impl Keys {
+    fn new(by_token: bool) -> Keys {
+        Keys {
+            slots: Vec::new(),
+            free: NONE,
+            fingerprints: by_token.then(Vec::new),
+            len: 0,
+        }
+    }
+
+    /// The key at `pos` and its user's hash; `None` for a free slot.
+    fn get(&self, pos: Pos) -> Option<(&CacheKey, u64)> {
+        match self.slots.get(pos as usize)? {
+            Slot::Key(key, user) => Some((key, *user)),
+            Slot::Free(_) => None,
+        }
+    }
+
+    /// The hash of the user whose key is at `pos` (a table's hash for it).
+    fn user(&self, pos: Pos) -> u64 {
+        self.get(pos).map_or(0, |(_, user)| user)
+    }
+
+    /// Whether the key at `pos` is of the user hashed `user` and equal to `key`.
+    fn is(&self, pos: Pos, user: u64, key: &CacheKey) -> bool {
+        self.get(pos).is_some_and(|(k, u)| u == user && k == key)
+    }
+
+    /// The fingerprint of the key at `pos`, when tokens are indexed.
+    fn fingerprint(&self, pos: Pos) -> u64 {
+        (self.fingerprints.as_ref()).map_or(0, |fps| fps[pos as usize])
+    }
+
+    /// Puts `key`, of the user hashed `user` and of fingerprint `token`, in a free slot (or a
+    /// new one); its position.
+    fn add(&mut self, key: CacheKey, user: u64, token: u64) -> Pos {
+        self.len += 1;
+        if self.free == NONE {
+            // Four billion keys would take some two terabytes of cache first.
+            let pos = Pos::try_from(self.slots.len()).expect("fewer than 2^32 keys indexed");
+            self.slots.push(Slot::Key(key, user));
+            if let Some(fps) = &mut self.fingerprints {
+                fps.push(token);
+            }
+            pos
+        } else {
+            let pos = self.free;
+            let slot = std::mem::replace(&mut self.slots[pos as usize], Slot::Key(key, user));
+            self.free = match slot {
+                Slot::Free(next) => next,
+                Slot::Key(..) => NONE,
+            };
+            if let Some(fps) = &mut self.fingerprints {
+                fps[pos as usize] = token;
+            }
+            pos
+        }
+    }
+
+    /// Frees the slot at `pos` (which holds a key); the key it held.
+    fn remove(&mut self, pos: Pos) -> Option<CacheKey> {
+        let slot = self.slots.get_mut(pos as usize)?;
+        match std::mem::replace(slot, Slot::Free(self.free)) {
+            Slot::Key(key, _) => {
+                self.free = pos;
+                self.len -= 1;
+                Some(key)
+            }
+            free @ Slot::Free(_) => {
+                *slot = free;
+                None
+            }
+        }
+    }
+}
+
+/// A user's hash and the user's keys' positions, more than [`FEW`] of them, hashed by the
+/// key's own hash. Boxed: a user of the other table costs this one nothing.
+type ManyEntry = (u64, Box<HashTable<Pos>>);
 
 /// The keys of every user: each user is in `by_user` or in `many`, never in both.
 #[derive(Default)]
 struct Users {
-    /// Users with at most [`FEW`] keys.
-    by_user: HashTable<UserEntry>,
+    /// Positions of the keys of users with at most [`FEW`] keys, by the user's hash.
+    by_user: HashTable<Pos>,
     /// Users with more than [`FEW`] keys (they stay here until their last key goes).
     many: HashTable<ManyEntry>,
 }
@@ -74,20 +181,21 @@ struct Users {
 /// Every cached user's key, by user and, with a shared tier, by token fingerprint.
 pub(crate) struct Index {
     tables: Mutex<Tables>,
-    /// Hashes (endpoint, user) pairs; seeded per process (endpoints hash the same on every node
-    /// through their URL's hash, but user hashes never leave this process).
-    users: KeyHasher,
+    /// Hashes (endpoint, user) pairs, and a user's keys once they are many; seeded per process
+    /// (endpoints hash the same on every node through their URL's hash, but these hashes never
+    /// leave this process).
+    hasher: KeyHasher,
 }
 
 struct Tables {
+    /// The keys the tables point to.
+    keys: Keys,
     users: Users,
-    /// Keys in `users`, all users together.
-    user_keys: usize,
-    /// `None` without a shared tier: nothing names a token without carrying it then.
-    by_token: Option<HashTable<TokenEntry>>,
-    /// Every key indexed, with its user's hash, oldest first, for the sweep; also keys the
-    /// index no longer holds (taken, or replaced by an equal one), dropped when it reaches them.
-    queue: VecDeque<(CacheKey, u64)>,
+    /// Positions by token fingerprint; `None` without a shared tier: nothing names a token
+    /// without carrying it then.
+    by_token: Option<HashTable<Pos>>,
+    /// The slot the sweep looks at next.
+    cursor: usize,
 }
 
 impl Index {
@@ -95,12 +203,12 @@ impl Index {
     pub(crate) fn new(by_token: bool) -> Index {
         Index {
             tables: Mutex::new(Tables {
+                keys: Keys::new(by_token),
                 users: Users::default(),
-                user_keys: 0,
                 by_token: by_token.then(HashTable::new),
-                queue: VecDeque::new(),
+                cursor: 0,
             }),
-            users: KeyHasher::default(),
+            hasher: KeyHasher::default(),
         }
     }
 
@@ -110,7 +218,7 @@ impl Index {
 
     /// The hash a user is found by at `endpoint`.
     fn user_hash(&self, endpoint: u64, user: i64) -> u64 {
-        self.users.hash_one((endpoint, user))
+        self.hasher.hash_one((endpoint, user))
     }
 
     /// Whether tokens are indexed by fingerprint.
@@ -120,96 +228,115 @@ impl Index {
     }
 
     /// Indexes `key`, just stored for `user`, and by `token` (its fingerprint) when tokens are,
-    /// in place of an equal key indexed already; then sweeps, forgetting the keys `held` says
-    /// the store no longer holds. `fingerprint` gives a swept key's fingerprint, which the
-    /// sweep needs for a user of many keys. Both run under the index's lock: they must not take
-    /// it.
+    /// in place of an equal key the user has indexed already; then sweeps, forgetting the keys
+    /// `held` says the store no longer holds. `held` runs under the index's lock: it must not
+    /// take it.
     pub(crate) fn insert(
         &self,
         key: &CacheKey,
         user: i64,
         token: u64,
         held: impl Fn(&CacheKey) -> bool,
-        fingerprint: impl Fn(&CacheKey) -> u64,
     ) {
         let by_user = self.user_hash(key.endpoint().key_hash(), user);
         let mut guard = self.lock();
         let tables = &mut *guard;
-        if tables.users.insert(by_user, key, token, &fingerprint) {
-            tables.user_keys += 1;
+        let Tables {
+            keys,
+            users,
+            by_token,
+            ..
+        } = &mut *tables;
+        let hasher = &self.hasher;
+        match users.find(keys, hasher, by_user, key) {
+            Some(pos) => keys.slots[pos as usize] = Slot::Key(key.clone(), by_user),
+            None => {
+                let pos = keys.add(key.clone(), by_user, token);
+                users.add(keys, hasher, pos);
+                if let Some(by_token) = by_token {
+                    by_token.insert_unique(token, pos, |&p| keys.fingerprint(p));
+                }
+            }
         }
-        if let Some(by_token) = &mut tables.by_token {
-            insert(by_token, token, key, by_user);
-        }
-        tables.queue.push_back((key.clone(), by_user));
-        tables.sweep(held, fingerprint);
+        tables.sweep(hasher, held);
     }
 
     /// Takes out of the index, and returns, the keys of `user` at the endpoint hashed
-    /// `endpoint` that `is` picks; `fingerprint` gives a key's fingerprint, to take it out of
-    /// the token table too (both run under the index's lock: they must not take it). The
+    /// `endpoint` that `is` picks (it runs under the index's lock: it must not take it). The
     /// caller drops the keys from the store.
     pub(crate) fn take_user(
         &self,
         endpoint: u64,
         user: i64,
         is: impl Fn(&CacheKey) -> bool,
-        fingerprint: impl Fn(&CacheKey) -> u64,
     ) -> Vec<CacheKey> {
         let hash = self.user_hash(endpoint, user);
         let mut guard = self.lock();
-        let tables = &mut *guard;
-        let users = &mut tables.users;
-        let mut taken = Vec::new();
+        let Tables {
+            keys,
+            users,
+            by_token,
+            ..
+        } = &mut *guard;
+        let mut taken: Vec<Pos> = Vec::new();
+        let picks = |pos: Pos| keys.get(pos).is_some_and(|(k, u)| u == hash && is(k));
         // A few entries at most: finding each from the start again is cheaper than a list.
-        while let Ok(entry) = users.by_user.find_entry(hash, |(h, k)| *h == hash && is(k)) {
-            let ((_, key), _) = entry.remove();
-            taken.push(key);
+        while let Ok(entry) = users.by_user.find_entry(hash, |&p| picks(p)) {
+            taken.push(entry.remove().0);
         }
         if let Ok(mut entry) = users.many.find_entry(hash, |(h, _)| *h == hash) {
-            let keys = &mut entry.get_mut().1;
-            keys.retain(|(k, _)| {
-                let take = is(k);
+            let user_keys = &mut entry.get_mut().1;
+            user_keys.retain(|&mut p| {
+                let take = picks(p);
                 if take {
-                    taken.push(k.clone());
+                    taken.push(p);
                 }
                 !take
             });
-            if keys.is_empty() {
+            if user_keys.is_empty() {
                 entry.remove();
-            } else if keys.len() * 4 < keys.capacity() {
-                keys.shrink_to(keys.len() * 2, |(_, t)| *t);
+            } else {
+                shrink(user_keys, keys, &self.hasher);
             }
         }
-        tables.user_keys -= taken.len();
-        if let Some(by_token) = &mut tables.by_token {
-            for key in &taken {
-                remove(by_token, fingerprint(key), key);
+        let mut found = Vec::with_capacity(taken.len());
+        for pos in taken {
+            if let Some(by_token) = by_token.as_mut() {
+                remove(by_token, keys.fingerprint(pos), pos);
             }
+            found.extend(keys.remove(pos));
         }
-        taken
+        found
     }
 
     /// Takes out of the index, and returns, the keys whose token fingerprint is `token` and
-    /// whose endpoint `at` accepts: the caller drops them from the store. None when tokens are
-    /// not indexed.
+    /// whose endpoint `at` accepts (it runs under the index's lock: it must not take it): the
+    /// caller drops them from the store. None when tokens are not indexed.
     pub(crate) fn take_token(
         &self,
         token: u64,
         at: impl Fn(&CacheKey) -> bool,
     ) -> SmallVec<[CacheKey; 1]> {
         let mut guard = self.lock();
-        let tables = &mut *guard;
-        let Some(by_token) = &mut tables.by_token else {
+        let Tables {
+            keys,
+            users,
+            by_token,
+            ..
+        } = &mut *guard;
+        let Some(by_token) = by_token else {
             return SmallVec::new();
         };
+        let picks =
+            |p: Pos| keys.fingerprint(p) == token && keys.get(p).is_some_and(|(k, _)| at(k));
+        let mut found: SmallVec<[Pos; 1]> = SmallVec::new();
+        while let Ok(entry) = by_token.find_entry(token, |&p| picks(p)) {
+            found.push(entry.remove().0);
+        }
         let mut taken = SmallVec::new();
-        while let Ok(entry) = by_token.find_entry(token, |(h, k, _)| *h == token && at(k)) {
-            let ((_, key, user), _) = entry.remove();
-            if tables.users.remove(user, &key, || token) {
-                tables.user_keys -= 1;
-            }
-            taken.push(key);
+        for pos in found {
+            users.remove(keys, &self.hasher, pos);
+            taken.extend(keys.remove(pos));
         }
         taken
     }
@@ -217,157 +344,152 @@ impl Index {
     /// Forgets everything: the store was emptied.
     pub(crate) fn clear(&self) {
         let mut tables = self.lock();
+        let by_token = tables.by_token.is_some();
+        tables.keys = Keys::new(by_token);
         tables.users = Users::default();
-        tables.user_keys = 0;
-        if let Some(by_token) = &mut tables.by_token {
-            by_token.clear();
-        }
-        tables.queue.clear();
+        tables.by_token = by_token.then(HashTable::new);
+        tables.cursor = 0;
     }
 
-    /// Keys in the user table: one per cached user entry, plus those left behind.
+    /// The heap the index holds (its slots, fingerprints and tables, as allocated, the
+    /// allocator's own overhead aside), for the benches.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let tables = self.lock();
+        let (keys, users) = (&tables.keys, &tables.users);
+        let many = (users.many.iter())
+            .map(|(_, user_keys)| size_of::<HashTable<Pos>>() + user_keys.allocation_size())
+            .sum::<usize>();
+        keys.slots.capacity() * size_of::<Slot>()
+            + keys
+                .fingerprints
+                .as_ref()
+                .map_or(0, |f| f.capacity() * size_of::<u64>())
+            + users.by_user.allocation_size()
+            + users.many.allocation_size()
+            + many
+            + tables
+                .by_token
+                .as_ref()
+                .map_or(0, HashTable::allocation_size)
+    }
+
+    /// Keys indexed: one per cached user entry, plus those left behind.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.lock().user_keys
+        self.lock().keys.len
     }
 }
 
 impl Tables {
-    /// Takes `key` out of the user hashed `user` and out of `by_token`; whether it was there.
-    fn forget(&mut self, key: &CacheKey, user: u64, token: impl Fn() -> u64) -> bool {
-        if !self.users.remove(user, key, &token) {
-            return false;
+    /// Looks at the slots from the cursor on, [`SWEEP`] keys or [`SWEEP_SLOTS`] slots, and
+    /// forgets the keys the store no longer holds.
+    fn sweep(&mut self, hasher: &KeyHasher, held: impl Fn(&CacheKey) -> bool) {
+        let slots = self.keys.slots.len();
+        let mut looked_at = 0;
+        for _ in 0..SWEEP_SLOTS.min(slots) {
+            if self.cursor >= slots {
+                self.cursor = 0;
+            }
+            let pos = self.cursor as Pos;
+            self.cursor += 1;
+            let Some((key, _)) = self.keys.get(pos) else {
+                continue;
+            };
+            if !held(key) {
+                self.forget(hasher, pos);
+            }
+            looked_at += 1;
+            if looked_at == SWEEP {
+                return;
+            }
         }
-        self.user_keys -= 1;
-        if let Some(by_token) = &mut self.by_token {
-            remove(by_token, token(), key);
-        }
-        true
     }
 
-    /// Looks at the [`SWEEP`] oldest keys of the queue: drops those the index no longer
-    /// holds, forgets those the store no longer holds, and puts the others back at the end.
-    fn sweep(&mut self, held: impl Fn(&CacheKey) -> bool, fingerprint: impl Fn(&CacheKey) -> u64) {
-        for _ in 0..SWEEP {
-            let Some((key, user)) = self.queue.pop_front() else {
-                return;
-            };
-            // Computed at most once per key, and only for a user of many keys.
-            let token = std::cell::OnceCell::new();
-            let token = || *token.get_or_init(|| fingerprint(&key));
-            if !self.users.holds(&key, user, token) {
-                continue;
-            }
-            if held(&key) {
-                self.queue.push_back((key, user));
-            } else {
-                self.forget(&key, user, token);
-            }
+    /// Takes the key at `pos` out of every table and frees its slot.
+    fn forget(&mut self, hasher: &KeyHasher, pos: Pos) {
+        self.users.remove(&self.keys, hasher, pos);
+        if let Some(by_token) = &mut self.by_token {
+            remove(by_token, self.keys.fingerprint(pos), pos);
         }
+        self.keys.remove(pos);
     }
+}
+
+/// A key's hash in a table of [`ManyEntry`].
+fn key_hash(hasher: &KeyHasher, keys: &Keys, pos: Pos) -> u64 {
+    keys.get(pos).map_or(0, |(key, _)| hasher.hash_one(key))
 }
 
 impl Users {
-    /// Whether `key` (this very key) is indexed under the user hashed `user`; `token` gives
-    /// its fingerprint, asked only for a user of many keys.
-    fn holds(&self, key: &CacheKey, user: u64, token: impl FnOnce() -> u64) -> bool {
-        if (self.by_user)
-            .find(user, |(h, k)| *h == user && k.same(key))
-            .is_some()
-        {
-            return true;
+    /// The position of a key equal to `key` that the user hashed `user` holds.
+    fn find(&self, keys: &Keys, hasher: &KeyHasher, user: u64, key: &CacheKey) -> Option<Pos> {
+        if let Some(&pos) = self.by_user.find(user, |&p| keys.is(p, user, key)) {
+            return Some(pos);
         }
-        let Some((_, keys)) = self.many.find(user, |(h, _)| *h == user) else {
-            return false;
-        };
-        let token = token();
-        keys.find(token, |(k, t)| *t == token && k.same(key))
-            .is_some()
+        let (_, user_keys) = self.many.find(user, |(h, _)| *h == user)?;
+        let found = user_keys.find(hasher.hash_one(key), |&p| keys.is(p, user, key));
+        found.copied()
     }
 
-    /// Adds `key`, of fingerprint `token`, to the user hashed `hash`, in place of an equal key
-    /// there already; whether the user has one key more. A user whose entries would pass
-    /// [`FEW`] moves to `many`, where `fingerprint` gives its other keys' fingerprints.
-    fn insert(
-        &mut self,
-        hash: u64,
-        key: &CacheKey,
-        token: u64,
-        fingerprint: impl Fn(&CacheKey) -> u64,
-    ) -> bool {
-        if let Some((_, equal)) = (self.by_user).find_mut(hash, |(h, k)| *h == hash && k == key) {
-            *equal = key.clone();
-            return false;
+    /// Adds the key at `pos` to its user. A user whose entries would pass [`FEW`] moves to
+    /// `many`.
+    fn add(&mut self, keys: &Keys, hasher: &KeyHasher, pos: Pos) {
+        let user = keys.user(pos);
+        let hash_of = |&p: &Pos| key_hash(hasher, keys, p);
+        if let Some((_, user_keys)) = self.many.find_mut(user, |(h, _)| *h == user) {
+            user_keys.insert_unique(hash_of(&pos), pos, hash_of);
+            return;
         }
-        if let Some((_, keys)) = self.many.find_mut(hash, |(h, _)| *h == hash) {
-            return match keys.find_mut(token, |(k, t)| *t == token && k == key) {
-                Some(equal) => {
-                    *equal = (key.clone(), token);
-                    false
-                }
-                None => {
-                    keys.insert_unique(token, (key.clone(), token), |(_, t)| *t);
-                    true
-                }
-            };
-        }
-        let held = self.by_user.iter_hash(hash).filter(|(h, _)| *h == hash);
+        let held = self
+            .by_user
+            .iter_hash(user)
+            .filter(|&&p| keys.user(p) == user);
         if held.take(FEW).count() < FEW {
-            self.by_user
-                .insert_unique(hash, (hash, key.clone()), |(h, _)| *h);
-            return true;
+            (self.by_user).insert_unique(user, pos, |&p| keys.user(p));
+            return;
         }
-        let mut many = HashTable::with_capacity(4 * FEW);
-        many.insert_unique(token, (key.clone(), token), |(_, t)| *t);
-        while let Ok(entry) = self.by_user.find_entry(hash, |(h, _)| *h == hash) {
-            let ((_, k), _) = entry.remove();
-            let t = fingerprint(&k);
-            many.insert_unique(t, (k, t), |(_, t)| *t);
+        let mut user_keys = HashTable::with_capacity(4 * FEW);
+        user_keys.insert_unique(hash_of(&pos), pos, hash_of);
+        while let Ok(entry) = self.by_user.find_entry(user, |&p| keys.user(p) == user) {
+            let p = entry.remove().0;
+            user_keys.insert_unique(hash_of(&p), p, hash_of);
         }
-        (self.many).insert_unique(hash, (hash, Box::new(many)), |(h, _)| *h);
-        true
+        (self.many).insert_unique(user, (user, Box::new(user_keys)), |(h, _)| *h);
     }
 
-    /// Removes `key` (this very key) from the user hashed `hash`, and the user with its last
-    /// key; whether the user had it. `token` gives the key's fingerprint, asked only for a user
-    /// of many keys.
-    fn remove(&mut self, hash: u64, key: &CacheKey, token: impl FnOnce() -> u64) -> bool {
-        if let Ok(entry) = (self.by_user).find_entry(hash, |(h, k)| *h == hash && k.same(key)) {
+    /// Removes the key at `pos` from its user, and the user with its last key.
+    fn remove(&mut self, keys: &Keys, hasher: &KeyHasher, pos: Pos) {
+        let user = keys.user(pos);
+        if let Ok(entry) = self.by_user.find_entry(user, |&p| p == pos) {
             entry.remove();
-            return true;
+            return;
         }
-        let Ok(mut entry) = self.many.find_entry(hash, |(h, _)| *h == hash) else {
-            return false;
+        let Ok(mut entry) = self.many.find_entry(user, |(h, _)| *h == user) else {
+            return;
         };
-        let token = token();
-        let keys = &mut entry.get_mut().1;
-        let Ok(found) = keys.find_entry(token, |(k, t)| *t == token && k.same(key)) else {
-            return false;
-        };
-        found.remove();
-        if keys.is_empty() {
+        let user_keys = &mut entry.get_mut().1;
+        if let Ok(found) = user_keys.find_entry(key_hash(hasher, keys, pos), |&p| p == pos) {
+            found.remove();
+        }
+        if user_keys.is_empty() {
             entry.remove();
-        } else if keys.len() * 4 < keys.capacity() {
-            // A user who held thousands of tokens once does not keep their room for ever.
-            keys.shrink_to(keys.len() * 2, |(_, t)| *t);
-        }
-        true
-    }
-}
-
-/// Adds `key`, of the user hashed `user`, under `hash`, in place of an equal key there already.
-fn insert(table: &mut HashTable<TokenEntry>, hash: u64, key: &CacheKey, user: u64) {
-    match table.find_mut(hash, |(h, k, _)| *h == hash && k == key) {
-        Some(equal) => *equal = (hash, key.clone(), user),
-        None => {
-            table.insert_unique(hash, (hash, key.clone(), user), |(h, _, _)| *h);
+        } else {
+            shrink(user_keys, keys, hasher);
         }
     }
 }
 
-/// Removes `key`'s (this very key's) entry under `hash`.
-fn remove(table: &mut HashTable<TokenEntry>, hash: u64, key: &CacheKey) {
-    if let Ok(entry) = table.find_entry(hash, |(h, k, _)| *h == hash && k.same(key)) {
+/// Gives back most of a user's table once it holds a quarter of its room: a user who held
+/// thousands of tokens once does not keep their room for ever.
+fn shrink(user_keys: &mut HashTable<Pos>, keys: &Keys, hasher: &KeyHasher) {
+    if user_keys.len() * 4 < user_keys.capacity() {
+        user_keys.shrink_to(user_keys.len() * 2, |&p| key_hash(hasher, keys, p));
+    }
+}
+
+/// Removes `pos` from the token table, where it is under `hash`.
+fn remove(table: &mut HashTable<Pos>, hash: u64, pos: Pos) {
+    if let Ok(entry) = table.find_entry(hash, |&p| p == pos) {
         entry.remove();
     }
 }
@@ -375,7 +497,7 @@ fn remove(table: &mut HashTable<TokenEntry>, hash: u64, key: &CacheKey) {
 #[cfg(test)]
 mod tests {
     use crate::PlainHttp;
-    use std::collections::HashSet;
+    use std::collections::{HashSet, VecDeque};
     use std::sync::Arc;
 
     use super::*;
@@ -394,27 +516,22 @@ mod tests {
         true
     }
 
-    /// The fingerprint the tests give a key: the number after the `t` of its token.
-    fn fp(key: &CacheKey) -> u64 {
-        let token = std::str::from_utf8(key.token()).unwrap();
-        token[1..].parse().unwrap()
-    }
-
     /// The keys indexed for `user` at `endpoint`, left in place.
     fn keys_of(index: &Index, endpoint: &Endpoint, user: i64) -> Vec<CacheKey> {
         let hash = index.user_hash(endpoint.key_hash(), user);
         let tables = index.lock();
-        let users = &tables.users;
+        let (users, keys) = (&tables.users, &tables.keys);
+        let key = |p: &Pos| keys.get(*p).map(|(k, _)| k.clone());
         let few: Vec<CacheKey> = (users.by_user.iter_hash(hash))
-            .filter(|(h, _)| *h == hash)
-            .map(|(_, k)| k.clone())
+            .filter(|&&p| keys.user(p) == hash)
+            .filter_map(key)
             .collect();
         if !few.is_empty() {
             return few;
         }
         let found = users.many.find(hash, |(h, _)| *h == hash);
-        found.map_or_else(Vec::new, |(_, keys)| {
-            keys.iter().map(|(k, _)| k.clone()).collect()
+        found.map_or_else(Vec::new, |(_, user_keys)| {
+            user_keys.iter().filter_map(key).collect()
         })
     }
 
@@ -430,10 +547,10 @@ mod tests {
         let (a, b) = (endpoint("https://a.example"), endpoint("https://b.example"));
         let index = Index::new(true);
         let (k1, k2, k3) = (key(&a, "t101"), key(&a, "t102"), key(&b, "t103"));
-        index.insert(&k1, 7, 101, all, fp);
-        index.insert(&k2, 7, 102, all, fp);
-        index.insert(&k3, 7, 103, all, fp);
-        index.insert(&k1, 7, 101, all, fp);
+        index.insert(&k1, 7, 101, all);
+        index.insert(&k2, 7, 102, all);
+        index.insert(&k3, 7, 103, all);
+        index.insert(&k1, 7, 101, all);
         let at_a = |k: &CacheKey| k.is_at(&a);
         let found = keys_of(&index, &a, 7);
         assert_eq!(found.len(), 2, "each key once, only at endpoint a");
@@ -445,7 +562,7 @@ mod tests {
         assert!(index.take_token(102, at_a).is_empty(), "taken once");
         assert_eq!(keys_of(&index, &a, 7).len(), 1);
         assert!(index.take_token(103, at_a).is_empty(), "k3 is at b");
-        let taken = index.take_user(a.key_hash(), 7, |k| k.same(&k1), fp);
+        let taken = index.take_user(a.key_hash(), 7, |k| k.same(&k1));
         assert!(taken.len() == 1 && taken[0].same(&k1));
         assert_eq!(index.len(), 1, "only k3 left");
         assert!(
@@ -459,14 +576,14 @@ mod tests {
         let a = endpoint("https://a.example");
         let index = Index::new(true);
         let (old, new) = (key(&a, "t101"), key(&a, "t101"));
-        index.insert(&old, 7, 101, all, fp);
-        index.insert(&new, 7, 101, all, fp);
+        index.insert(&old, 7, 101, all);
+        index.insert(&new, 7, 101, all);
         assert_eq!(index.len(), 1);
         let found = keys_of(&index, &a, 7);
         assert!(found.len() == 1 && found[0].same(&new));
         // Taking the old key (as a sweep or revocation that saw it would) leaves the new one.
         assert!(index
-            .take_user(a.key_hash(), 7, |k| k.same(&old), fp)
+            .take_user(a.key_hash(), 7, |k| k.same(&old))
             .is_empty());
         assert_eq!(index.len(), 1);
         let taken = index.take_token(101, all);
@@ -481,18 +598,18 @@ mod tests {
         let index = Index::new(true);
         let keys: Vec<CacheKey> = (0..4096).map(|i| key(&a, &format!("t{i}"))).collect();
         for (i, k) in keys.iter().enumerate() {
-            index.insert(k, 7, i as u64, all, fp);
+            index.insert(k, 7, i as u64, all);
         }
-        index.insert(&key(&b, "t5000"), 7, 5000, all, fp);
+        index.insert(&key(&b, "t5000"), 7, 5000, all);
         assert_eq!(index.len(), 4097);
         assert!(has_many(&index, &a, 7) && !has_many(&index, &b, 7));
         for (i, k) in keys.iter().enumerate().step_by(2) {
-            assert_eq!(index.take_user(a.key_hash(), 7, |o| o.same(k), fp).len(), 1);
+            assert_eq!(index.take_user(a.key_hash(), 7, |o| o.same(k)).len(), 1);
             assert!(index.take_token(i as u64, all).is_empty());
         }
         assert_eq!(index.len(), 2049);
         let at_a = |k: &CacheKey| k.is_at(&a);
-        let taken = index.take_user(a.key_hash(), 7, at_a, fp);
+        let taken = index.take_user(a.key_hash(), 7, at_a);
         assert_eq!(taken.len(), 2048);
         assert!(taken
             .iter()
@@ -502,7 +619,7 @@ mod tests {
             index.take_token(1, all).is_empty(),
             "taken from both tables"
         );
-        assert_eq!(index.take_user(b.key_hash(), 7, all, fp).len(), 1);
+        assert_eq!(index.take_user(b.key_hash(), 7, all).len(), 1);
         let tables = index.lock();
         assert!(
             tables.users.by_user.is_empty() && tables.users.many.is_empty(),
@@ -527,7 +644,7 @@ mod tests {
                 held.pop_front();
             }
             let now: HashSet<usize> = held.iter().map(CacheKey::id).collect();
-            index.insert(&k, user_of(i), i, |k| now.contains(&k.id()), fp);
+            index.insert(&k, user_of(i), i, |k| now.contains(&k.id()));
             every.push(k);
             assert!(
                 index.len() <= 300,
@@ -559,18 +676,18 @@ mod tests {
         let keys: Vec<CacheKey> = (0..=FEW).map(|i| key(&a, &format!("t{i}"))).collect();
         for (i, k) in keys.iter().enumerate() {
             assert!(!has_many(&index, &a, 7), "{i} keys are few");
-            index.insert(k, 7, i as u64, all, fp);
+            index.insert(k, 7, i as u64, all);
         }
         assert!(has_many(&index, &a, 7), "{} keys are many", FEW + 1);
         let again = key(&a, "t3");
-        index.insert(&again, 7, 3, all, fp);
+        index.insert(&again, 7, 3, all);
         assert_eq!(index.len(), FEW + 1, "in place of the equal key");
         let found = keys_of(&index, &a, 7);
         assert!(found.iter().any(|k| k.same(&again)) && !found.iter().any(|k| k.same(&keys[3])));
-        let taken = index.take_user(a.key_hash(), 7, |k| k.same(&keys[0]) || k.same(&again), fp);
+        let taken = index.take_user(a.key_hash(), 7, |k| k.same(&keys[0]) || k.same(&again));
         assert_eq!(taken.len(), 2);
         assert_eq!(index.len(), FEW - 1);
-        assert_eq!(index.take_user(a.key_hash(), 7, all, fp).len(), FEW - 1);
+        assert_eq!(index.take_user(a.key_hash(), 7, all).len(), FEW - 1);
         assert!(!has_many(&index, &a, 7), "the user went with its last key");
     }
 
@@ -594,10 +711,71 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_is_two_words() {
+        // Every cached user pays for one slot, and four bytes in each table.
+        assert_eq!(std::mem::size_of::<Slot>(), 16);
+    }
+
+    #[test]
+    fn slots_freed_are_used_again_and_fingerprints_follow_their_keys() {
+        // Keys come and go 10,000 times with at most 10 indexed at once: the slots stay 10,
+        // and each token is still found by its own fingerprint in a slot another key had.
+        let a = endpoint("https://a.example");
+        let index = Index::new(true);
+        let mut held: VecDeque<(u64, CacheKey)> = VecDeque::new();
+        for i in 0..10_000u64 {
+            if held.len() == 10 {
+                let (fp, old) = held.pop_front().unwrap();
+                let taken = index.take_token(fp, all);
+                assert!(taken.len() == 1 && taken[0].same(&old), "token {fp}");
+            }
+            let k = key(&a, &format!("t{i}"));
+            index.insert(&k, i as i64 % 3, i, all);
+            held.push_back((i, k));
+        }
+        assert_eq!(index.len(), 10);
+        assert_eq!(
+            index.lock().keys.slots.len(),
+            10,
+            "no slot beyond the most held"
+        );
+        for (user, count) in [(0, 4), (1, 3), (2, 3)] {
+            assert_eq!(
+                index.take_user(a.key_hash(), user, all).len(),
+                count,
+                "user {user}"
+            );
+        }
+        assert_eq!(index.len(), 0);
+    }
+
+    #[test]
+    fn the_sweep_reaches_the_last_keys_past_slots_mostly_freed() {
+        // 1,000 keys, all but the last 10 taken: the sweep's pass over the freed slots ends
+        // within the 1,000 / SWEEP_SLOTS inserts it takes to walk them, and forgets the 10
+        // the store dropped.
+        let a = endpoint("https://a.example");
+        let index = Index::new(false);
+        let keys: Vec<CacheKey> = (0..1000).map(|i| key(&a, &format!("t{i}"))).collect();
+        for (i, k) in keys.iter().enumerate() {
+            index.insert(k, i as i64, i as u64, all);
+        }
+        for i in 0..990 {
+            assert_eq!(index.take_user(a.key_hash(), i, all).len(), 1);
+        }
+        let fresh = key(&a, "fresh");
+        let only_fresh = |k: &CacheKey| k.same(&fresh);
+        for _ in 0..(1000 / SWEEP_SLOTS + 1) {
+            index.insert(&fresh, 5000, 5000, only_fresh);
+        }
+        assert_eq!(index.len(), 1, "only the held key is left");
+    }
+
+    #[test]
     fn without_a_shared_tier_tokens_are_not_indexed() {
         let a = endpoint("https://a.example");
         let index = Index::new(false);
-        index.insert(&key(&a, "t101"), 7, 101, all, fp);
+        index.insert(&key(&a, "t101"), 7, 101, all);
         assert!(!index.by_token());
         assert!(index.take_token(101, all).is_empty());
         assert_eq!(keys_of(&index, &a, 7).len(), 1);

@@ -114,6 +114,7 @@ impl CacheKey {
     }
 
     /// Whether `self` and `other` are the same key value, not merely equal ones.
+    #[cfg(test)]
     pub(crate) fn same(&self, other: &CacheKey) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }

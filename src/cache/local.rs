@@ -191,8 +191,7 @@ impl Local {
         self.store.insert(key.clone(), cached);
         if let Some((user, fingerprint)) = user {
             let held = |key: &CacheKey| self.store.holds_user(key as &dyn KeyView);
-            let fingerprint_of = |key: &CacheKey| self.key_fingerprint(key);
-            (self.index).insert(&key, user.id, fingerprint, held, fingerprint_of);
+            (self.index).insert(&key, user.id, fingerprint, held);
         }
         drop(storing);
         self.publish_entries();
@@ -252,8 +251,7 @@ impl Local {
                     user,
                 }));
                 let at = |key: &CacheKey| key.is_at(endpoint);
-                let fingerprint = |key: &CacheKey| self.key_fingerprint(key);
-                for key in (self.index).take_user(endpoint.key_hash(), user, at, fingerprint) {
+                for key in (self.index).take_user(endpoint.key_hash(), user, at) {
                     self.store.invalidate_user(&key as &dyn KeyView);
                 }
             }
@@ -271,8 +269,7 @@ impl Local {
                     key.is_at(endpoint)
                         && (self.store.user(key)).is_none_or(|u| u.session() == Some(session))
                 };
-                let fingerprint = |key: &CacheKey| self.key_fingerprint(key);
-                for key in (self.index).take_user(endpoint.key_hash(), user, is, fingerprint) {
+                for key in (self.index).take_user(endpoint.key_hash(), user, is) {
                     self.store.invalidate_user(&key as &dyn KeyView);
                 }
             }
@@ -323,15 +320,15 @@ impl Local {
         self.revocations.subscribe_dated()
     }
 
-    /// The fingerprint of `key`'s token at its endpoint.
-    fn key_fingerprint(&self, key: &CacheKey) -> u64 {
-        (self.fingerprint)(key.endpoint(), key.token())
-    }
-
     /// Entries in the store, once moka has applied what is pending.
     pub(super) fn entries(&self) -> u64 {
         self.store.run_pending_tasks();
         self.store.entry_count()
+    }
+
+    /// The heap the revocation index holds, for the benches.
+    pub(super) fn index_heap_bytes(&self) -> usize {
+        self.index.heap_bytes()
     }
 
     fn publish_entries(&self) {

@@ -387,6 +387,11 @@ impl Tiers {
         self.local.entries()
     }
 
+    /// The heap the local tier's revocation index holds, for the benches.
+    pub(crate) fn index_heap_bytes(&self) -> usize {
+        self.local.index_heap_bytes()
+    }
+
     /// Local misses the shared tier answered, and shared-tier operations that failed.
     pub(crate) fn shared_counts(&self) -> (u64, u64) {
         self.shared.as_ref().map_or((0, 0), SharedCache::counts)

@@ -517,6 +517,14 @@ impl Resolver {
         self.inner.cache.shared_subscribed()
     }
 
+    /// Benches only: the heap bytes the cache's revocation index holds now (its slots and
+    /// tables as allocated; `cargo bench --bench alloc` states its share of an entry). Not part
+    /// of the API: hidden, outside semver.
+    #[doc(hidden)]
+    pub fn index_heap_bytes(&self) -> usize {
+        self.inner.cache.index_heap_bytes()
+    }
+
     /// What this resolver (and its clones) did so far.
     pub fn stats(&self) -> Stats {
         let inner = &*self.inner;
