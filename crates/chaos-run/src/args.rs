@@ -43,6 +43,12 @@ pub struct Args {
     /// Mean seconds between one fault's heal and the next fault (at least 1).
     #[arg(long, default_value_t = 6)]
     pub fault_gap: u64,
+    /// Seconds before the first fault, while players log in and caches fill.
+    #[arg(long, default_value_t = 10)]
+    pub warm_up: u64,
+    /// Percent of logins that take a token of 2-7 s, to see it expire (0 to 100).
+    #[arg(long, default_value_t = 20)]
+    pub short_tokens: u8,
     /// Weights of the operations, e.g. `ban=8,resolve=30` (the others keep their defaults:
     /// login=10 connect=14 join=14 refresh=8 resolve=20 authorize=10 logout=4 leave=5 ban=2
     /// unban=2 reuse=6).
@@ -87,6 +93,9 @@ impl Args {
         }
         if !(2..=10_000).contains(&self.players) {
             return Err(format!("--players {}: 2 to 10000", self.players));
+        }
+        if self.short_tokens > 100 {
+            return Err(format!("--short-tokens {}: 0 to 100", self.short_tokens));
         }
         if self.fault_gap == 0 {
             return Err("--fault-gap 0: at least 1".to_owned());

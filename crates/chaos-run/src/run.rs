@@ -146,6 +146,8 @@ async fn play(checked: &Checked, world: Arc<World>) -> Status {
         nodes: args.nodes,
         faults: checked.faults.clone(),
         fault_gap: args.fault_gap,
+        warm_up_ms: args.warm_up.saturating_mul(1000),
+        short_tokens: args.short_tokens,
         weights: checked.weights.clone(),
     });
     let rec = Arc::new(Recorder::new());
@@ -293,6 +295,8 @@ fn reproduce_flags(checked: &Checked) -> String {
         ("--rate", a.rate.to_string(), "40"),
         ("--players", a.players.to_string(), "40"),
         ("--fault-gap", a.fault_gap.to_string(), "6"),
+        ("--warm-up", a.warm_up.to_string(), "10"),
+        ("--short-tokens", a.short_tokens.to_string(), "20"),
     ] {
         if value != default {
             flags.push_str(&format!(" {name} {value}"));

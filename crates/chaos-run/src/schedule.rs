@@ -289,6 +289,10 @@ pub struct PlanConfig {
     pub faults: Vec<FaultKindName>,
     /// Mean seconds between faults.
     pub fault_gap: u64,
+    /// No fault begins before this, in milliseconds.
+    pub warm_up_ms: u64,
+    /// Percent of logins that take a token of 2-7 s, to see it expire.
+    pub short_tokens: u8,
     /// Operation weights.
     pub weights: Weights,
 }
@@ -314,7 +318,7 @@ pub fn plan(config: &PlanConfig) -> Vec<Step> {
             "login" => Action::Login {
                 player,
                 api: api(&mut rng),
-                short_exp: (rng.u8(..5) == 0).then(|| rng.u64(2..8)),
+                short_exp: (rng.u8(..100) < config.short_tokens).then(|| rng.u64(2..8)),
             },
             "connect" => Action::Connect {
                 player,
@@ -356,9 +360,11 @@ pub fn plan(config: &PlanConfig) -> Vec<Step> {
         };
         steps.push(Step { at_ms, action });
     }
-    // Faults: one at a time, each 1-6 s long, a gap around `fault_gap` seconds between.
+    // Faults: one at a time, each 1-6 s long, a gap around `fault_gap` seconds between, the
+    // first after a warm-up (`warm_up_ms`) in which players log in and caches fill, so that
+    // revocations made before any fault are held to the healthy bounds.
     if !config.faults.is_empty() {
-        let mut at = 3_000 + rng.u64(..config.fault_gap * 1000);
+        let mut at = config.warm_up_ms + rng.u64(..config.fault_gap * 1000);
         let mut id = 1;
         loop {
             let length = rng.u64(1_000..6_000);
@@ -418,6 +424,8 @@ mod tests {
             nodes: 2,
             faults: FaultKindName::ALL.to_vec(),
             fault_gap: 6,
+            warm_up_ms: 10_000,
+            short_tokens: 20,
             weights: Weights::default(),
         }
     }
@@ -432,7 +440,7 @@ mod tests {
     }
 
     #[test]
-    fn faults_are_paired_one_at_a_time_and_end_before_the_quiet_end() {
+    fn faults_are_paired_one_at_a_time_after_the_warm_up_and_end_before_the_quiet_end() {
         // Pins down the fault windows the checker relies on: every fault heals, before the
         // schedule's last 11 s, and the next begins only after.
         for seed in 0..20 {
@@ -456,6 +464,11 @@ mod tests {
             }
             assert_eq!(open, None);
             assert!(begun >= 3, "seed {seed}: {begun} faults in a minute");
+            let first = steps
+                .iter()
+                .find(|s| matches!(s.action, Action::FaultBegin { .. }))
+                .unwrap();
+            assert!(first.at_ms >= 10_000, "seed {seed}: a fault in the warm-up");
         }
     }
 

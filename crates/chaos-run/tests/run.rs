@@ -27,6 +27,7 @@ fn a_bad_command_line_exits_2_before_anything_starts() {
         &["--rate", "0"],
         &["--players", "1"],
         &["--fault-gap", "0"],
+        &["--short-tokens", "101"],
         &["--faults", "redis_killed,meteor"],
         &["--weights", "nap=3"],
         &["--weights", "ban=lots"],
@@ -88,19 +89,25 @@ fn binary_with_holes() -> PathBuf {
     dir.join("debug").join("token-resolver")
 }
 
-/// The plan that reaches the hole: the integrators failing with 503 most of the time, bans,
-/// and players retrying with tokens they held before.
+/// The plan that reaches the hole: 12 s of players logging in, resolving and being banned on
+/// healthy integrators (so that those bans are held to the 250 ms bound), then an integrator
+/// failing with 503 while players retry with the tokens they held before. No short tokens:
+/// their expiry is another story (docs/chaos.md, findings).
 const HOLE_PLAN: &[&str] = &[
     "--seconds",
-    "25",
+    "35",
     "--seed",
     "3",
     "--faults",
     "integrator_5xx",
+    "--warm-up",
+    "12",
     "--fault-gap",
-    "1",
+    "4",
+    "--short-tokens",
+    "0",
     "--weights",
-    "ban=10,reuse=25,resolve=25,authorize=10,logout=1,leave=1",
+    "login=20,ban=6,reuse=30,resolve=25,logout=1,leave=1",
 ];
 
 #[test]
