@@ -72,13 +72,22 @@ impl Resolver {
             CacheOutcome::Coalesced
         };
         match result {
-            Ok(Verdict::User(user)) => Ok((user, outcome)),
+            Ok(Verdict::User(user)) => {
+                #[cfg(feature = "chaos-holes")]
+                chaos_hole::remember(key.token, &user);
+                Ok((user, outcome))
+            }
             Ok(Verdict::Rejected(status)) => Err((
                 ResolveError::rejected(endpoint.shared_host(), status),
                 Some(outcome),
             )),
             // Only an unreachable API falls back; a rejection or a broken answer never does,
             // nor does an answer whose token has expired since, nor one revoked meanwhile.
+            #[cfg(feature = "chaos-holes")]
+            Err(error) if is_outage(&error) && chaos_hole::recall(key.token).is_some() => {
+                let user = chaos_hole::recall(key.token).expect("recalled just now");
+                Ok((self.serve_stale(user, &error), CacheOutcome::Stale))
+            }
             Err(error) => match stale {
                 Some(captured) if is_outage(&error) => {
                     match self.still_stale(endpoint, key, &captured, first) {
@@ -208,4 +217,56 @@ fn is_outage(error: &ResolveError) -> bool {
         error.code(),
         ErrorCode::AuthUnavailable | ErrorCode::AuthTimeout
     )
+}
+
+/// A known fault made worse on purpose, for the chaos run's own test (issue 34): with feature
+/// `chaos-holes` **and** `TOKEN_RESOLVER_CHAOS_HOLE=stale` in the environment, the stale path is
+/// re-opened as it was before "a revocation that lands during the call wins": every answer the
+/// API gave is remembered, and served again when the API is unreachable, whatever revoked it
+/// since. The feature alone changes nothing (`cargo test --all-features` compiles it in); never
+/// in a shipped build.
+#[cfg(feature = "chaos-holes")]
+mod chaos_hole {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+
+    use crate::user::Resolution;
+
+    /// Most answers remembered; past it the memory starts again.
+    const MOST: usize = 100_000;
+
+    fn open() -> bool {
+        static OPEN: OnceLock<bool> = OnceLock::new();
+        *OPEN.get_or_init(|| {
+            std::env::var("TOKEN_RESOLVER_CHAOS_HOLE").is_ok_and(|hole| hole == "stale")
+        })
+    }
+
+    fn memory() -> &'static Mutex<HashMap<String, Resolution>> {
+        static MEMORY: OnceLock<Mutex<HashMap<String, Resolution>>> = OnceLock::new();
+        MEMORY.get_or_init(|| Mutex::new(HashMap::new()))
+    }
+
+    pub(super) fn remember(token: &str, user: &Resolution) {
+        if !open() {
+            return;
+        }
+        let mut memory = memory()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if memory.len() >= MOST {
+            memory.clear();
+        }
+        memory.insert(token.to_owned(), user.clone());
+    }
+
+    pub(super) fn recall(token: &str) -> Option<Resolution> {
+        if !open() {
+            return None;
+        }
+        let memory = memory()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        memory.get(token).cloned()
+    }
 }

@@ -20,7 +20,9 @@
 //!   nothing, but it does explain a kick.
 //! - **Sessions** holding a named token at or after the acknowledgement must be kicked,
 //!   closed, left, told `resync` or `reauth_required`, or move to another token by a refresh,
-//!   at a time no earlier than the revocation began and no later than the window's end.
+//!   at a time no earlier than the revocation began and no later than the window's end. A
+//!   session told `reauth_required` while it held the token, before the revocation (its
+//!   expiry came first), has been told already: it cannot go on without a new token.
 //! - **Spurious kicks**: a kick (`kicked`, or `closed` with reason `revoked` or
 //!   `token_rejected`) with no revocation begun before it naming a token, user or login
 //!   session the session held. Within a lost channel's window (a Redis kill, a frozen or
@@ -311,11 +313,26 @@ impl Judge<'_> {
                         continue;
                     }
                     let since = rev.start.max(held.t_us);
-                    let told = session
+                    // A session already told `reauth_required` while it held the token (its
+                    // expiry came first) has been told: it must bring a new token, whatever
+                    // revokes the old one meanwhile. It counts as told at the revocation.
+                    let reauth = session
                         .told
                         .iter()
-                        .find(|t| t.t_us >= since)
-                        .map(|t| (t.t_us, t.line));
+                        .find(|t| {
+                            t.kind == SessionEventKind::ReauthRequired
+                                && t.t_us >= held.t_us
+                                && t.t_us < since
+                                && t.t_us < until
+                        })
+                        .map(|t| (rev.reference.max(since), t.line));
+                    let told = reauth.or_else(|| {
+                        session
+                            .told
+                            .iter()
+                            .find(|t| t.t_us >= since)
+                            .map(|t| (t.t_us, t.line))
+                    });
                     let left = until_line.map(|line| (until, line));
                     let answer = match (told, left) {
                         (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),

@@ -550,3 +550,38 @@ fn a_logout_of_a_login_session_names_each_of_its_tokens() {
         v.explanation
     );
 }
+
+/// A session told `reauth_required` for its expired token, then named by a logout before it
+/// refreshed: told already (it cannot go on without a new token), not a session left untold.
+/// One told `reauth_required` only before it took the token (an earlier one) is not.
+#[test]
+fn a_session_waiting_for_reauth_when_a_logout_names_it_was_told() {
+    let mut h = H::default();
+    h.login(ms(1), "t1", 7)
+        .connect("sidecar", ms(10), ms(12), "t1", "c1")
+        .expiry(ms(1000), "t1")
+        .told(
+            ms(31_000),
+            "sidecar",
+            Some("c1"),
+            SessionEventKind::ReauthRequired,
+        )
+        .logout(ms(31_400), ms(31_500), "t1");
+    let report = check(&h.events, &Bounds::default());
+    assert!(report.is_ok(), "{report}");
+
+    let mut h = H::default();
+    h.login(ms(1), "t1", 7)
+        .login(ms(2), "t2", 7)
+        .connect("sidecar", ms(10), ms(12), "t1", "c1")
+        .told(
+            ms(20),
+            "sidecar",
+            Some("c1"),
+            SessionEventKind::ReauthRequired,
+        )
+        .admit(OpKind::Refresh, "sidecar", ms(30), ms(31), "t2", Some("c1"))
+        .logout(ms(400), ms(500), "t2");
+    let report = check(&h.events, &Bounds::default());
+    only(&report, Invariant::SessionNotTold);
+}
