@@ -29,10 +29,13 @@
 //! on its own (expired, evicted to make room, replaced by a rejection) stays behind until the
 //! sweep reaches it: every insert walks the slots on from where the last one stopped, looking
 //! at [`SWEEP`] keys (or [`SWEEP_SLOTS`] slots, free ones included), and forgets those the
-//! store no longer holds. Every key is looked at once in each pass, and a pass takes fewer
-//! inserts than the index holds keys, so the keys left behind stay within a small multiple of
-//! what the store holds and nothing ever walks the index. A key left behind costs memory and
-//! nothing else: a revocation that finds one drops nothing.
+//! store no longer holds. Every key is looked at once in each pass. A pass takes at most as
+//! many inserts as there are slots over [`SWEEP_SLOTS`], so that slots mostly free would let
+//! keys pile up behind the cursor: once fewer than a quarter of the slots hold a key, the index
+//! is compacted (the keys moved together, the tables built anew, the rest given back), which
+//! keeps the slots, and so the keys left behind, within a small multiple of what the store
+//! holds. A key left behind costs memory and nothing else: a revocation that finds one drops
+//! nothing.
 //!
 //! Every key the store holds as a user is in the index: [`Local::store`] indexes what it stores
 //! right after storing it (and checks the revocation log again once it has); the sweep forgets
@@ -55,6 +58,9 @@ const SWEEP: usize = 2;
 /// Slots each insert's sweep looks at, at most, free ones included: a pass over slots mostly
 /// freed (after the store emptied) still ends in fewer inserts than there are slots.
 const SWEEP_SLOTS: usize = 8;
+
+/// Slots below which the index is never compacted: a small index costs little however sparse.
+const COMPACT_MIN_SLOTS: usize = 1024;
 
 /// Past this many keys, a user's keys leave `by_user` for a table of their own in `many`, found
 /// by the key's hash: an insert or a removal then costs a look-up, not a walk of the user's
@@ -128,7 +134,10 @@ impl Keys {
         self.len += 1;
         if self.free == NONE {
             // Four billion keys would take some two terabytes of cache first.
-            let pos = Pos::try_from(self.slots.len()).expect("fewer than 2^32 keys indexed");
+            let pos = Pos::try_from(self.slots.len())
+                .ok()
+                .filter(|&pos| pos < NONE)
+                .expect("fewer than 2^32 - 1 keys indexed");
             self.slots.push(Slot::Key(key, user));
             if let Some(fps) = &mut self.fingerprints {
                 fps.push(token);
@@ -259,6 +268,7 @@ impl Index {
             }
         }
         tables.sweep(hasher, held);
+        tables.compact_if_sparse(hasher);
     }
 
     /// Takes out of the index, and returns, the keys of `user` at the endpoint hashed
@@ -401,6 +411,44 @@ impl Tables {
             looked_at += 1;
             if looked_at == SWEEP {
                 return;
+            }
+        }
+    }
+
+    /// Moves the keys into as many slots as they need, and builds the tables anew, once fewer
+    /// than a quarter of the slots hold a key: slots are reused, never given back, so after the
+    /// store shrank (a peak passed, `cache_ttl` emptied it) they would keep the peak's memory;
+    /// and the sweep, which walks slots, would reach a new key only after a pass over them all,
+    /// leaving behind the keys the store dropped meanwhile. It costs a look-up per key kept,
+    /// paid for by the three quarters of the slots freed since the last time.
+    fn compact_if_sparse(&mut self, hasher: &KeyHasher) {
+        let slots = self.keys.slots.len();
+        if slots < COMPACT_MIN_SLOTS || self.keys.len >= slots / 4 {
+            return;
+        }
+        let by_token = self.by_token.is_some();
+        let old = std::mem::replace(&mut self.keys, Keys::new(by_token));
+        self.keys.slots.reserve_exact(old.len);
+        if let Some(fps) = &mut self.keys.fingerprints {
+            fps.reserve_exact(old.len);
+        }
+        self.users = Users::default();
+        self.by_token = by_token.then(HashTable::new);
+        self.cursor = 0;
+        let Tables {
+            keys,
+            users,
+            by_token,
+            ..
+        } = self;
+        for (pos, slot) in old.slots.into_iter().enumerate() {
+            if let Slot::Key(key, user) = slot {
+                let token = old.fingerprints.as_ref().map_or(0, |fps| fps[pos]);
+                let pos = keys.add(key, user, token);
+                users.add(keys, hasher, pos);
+                if let Some(by_token) = by_token {
+                    by_token.insert_unique(token, pos, |&p| keys.fingerprint(p));
+                }
             }
         }
     }
@@ -693,8 +741,9 @@ mod tests {
 
     #[test]
     fn the_sweep_keeps_a_user_of_many_keys_to_what_the_store_holds() {
-        // One user with 10,000 tokens, of which the store keeps the latest 100: the sweep finds
-        // the dropped ones by fingerprint, and never forgets a held one.
+        // One user with 10,000 tokens, of which the store keeps the latest 100: the sweep forgets
+        // the dropped ones (taking each out of the user's own table, by the key's hash), and
+        // never forgets a held one.
         let a = endpoint("https://a.example");
         let index = Index::new(true);
         let every = sweep_beside_a_store_of_100(&index, &a, |_| 7);
@@ -769,6 +818,52 @@ mod tests {
             index.insert(&fresh, 5000, 5000, only_fresh);
         }
         assert_eq!(index.len(), 1, "only the held key is left");
+    }
+
+    #[test]
+    fn after_the_store_shrank_the_slots_follow_and_every_held_key_is_still_found() {
+        // 20,000 keys at the peak, then a store of 100 that keeps turning over (each new key
+        // dropped from the store 300 inserts later). Without the compaction the slots stay at
+        // the peak and the keys left behind pile up behind the cursor (2,500 and more here).
+        let a = endpoint("https://a.example");
+        let index = Index::new(true);
+        for i in 0..20_000_i64 {
+            index.insert(&key(&a, &format!("peak{i}")), i, i as u64, all);
+        }
+        let held: std::cell::RefCell<VecDeque<CacheKey>> = Default::default();
+        for i in 0..20_000_i64 {
+            let k = key(&a, &format!("new{i}"));
+            {
+                let mut held = held.borrow_mut();
+                held.push_back(k.clone());
+                if held.len() > 100 {
+                    held.pop_front();
+                }
+            }
+            let user = 1_000_000 + i;
+            let fingerprint = 1_000_000 + i as u64;
+            index.insert(&k, user, fingerprint, |k| {
+                held.borrow().iter().any(|h| h == k)
+            });
+        }
+        let (slots, len) = {
+            let tables = index.lock();
+            (tables.keys.slots.len(), tables.keys.len)
+        };
+        assert!(len < 1_000, "{len} keys indexed for a store of 100");
+        assert!(
+            slots <= 4 * COMPACT_MIN_SLOTS,
+            "{slots} slots for {len} keys"
+        );
+        for (n, k) in held.borrow().iter().enumerate() {
+            let i = 20_000 - 100 + n as i64;
+            assert!(keys_of(&index, &a, 1_000_000 + i).iter().any(|f| f == k));
+            let taken = index.take_token(1_000_000 + i as u64, all);
+            assert!(
+                taken.iter().any(|t| t == k),
+                "held key {i} found by fingerprint"
+            );
+        }
     }
 
     #[test]
