@@ -18,6 +18,7 @@
 //! | `record` | the run's clock, the history being written, and the real tokens kept for the leak check |
 //! | `players` | the players' operations and what their sessions are told |
 //! | `faults` | making and healing each fault |
+//! | `sampler` | the products' resident memory, descriptors, threads and tasks over the run, for the soak |
 //! | [`run`](mod@run) | the whole run: world, schedule, collection, the report and the exit status |
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
@@ -28,5 +29,6 @@ mod players;
 mod proxy;
 mod record;
 pub mod run;
+mod sampler;
 pub mod schedule;
 mod world;

@@ -7,12 +7,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use token_resolver_chaos::soak::{check_soak, write_samples, Sample, SoakBounds};
 use token_resolver_chaos::{check, check_leaks, write_history, Bounds, Collected};
 
-use crate::args::Checked;
+use crate::args::{Args, Checked};
 use crate::faults::Faults;
 use crate::players::Players;
 use crate::record::{lock, Recorder};
+use crate::sampler::Sampler;
 use crate::schedule::{plan, Action, PlanConfig};
 use crate::world::World;
 
@@ -72,16 +74,6 @@ pub fn binary(given: Option<&Path>) -> Result<PathBuf, String> {
             "no token-resolver beside this executable ({}): build it (cargo build --release -p token-resolver-cli) or pass --binary",
             binary.display()
         ))
-    }
-}
-
-/// Where the soak check samples the children: every few seconds, with each child's name
-/// (`api`, `node-1`, `sidecar`...) and process id. **The soak check (crates/chaos/src/soak.rs:
-/// RSS, descriptors, threads, tokio tasks, slope) is wired here**; until then it only counts.
-async fn sample_children(world: &World, samples: &mut usize) {
-    let pids = world.pids().await;
-    if !pids.is_empty() {
-        *samples += 1;
     }
 }
 
@@ -171,17 +163,23 @@ async fn play(checked: &Checked, world: Arc<World>) -> Status {
             Ok::<(), String>(())
         })
     };
-    let sampler = {
-        let world = world.clone();
+    let started = Instant::now();
+    let sampler = Arc::new(tokio::sync::Mutex::new(Sampler::default()));
+    let sampling = {
+        let (world, sampler) = (world.clone(), sampler.clone());
+        let every = Duration::from_secs(args.sample_every);
         tokio::spawn(async move {
-            let mut samples = 0;
+            let mut tick = tokio::time::interval(every);
             loop {
-                tokio::time::sleep(Duration::from_secs(5)).await;
-                sample_children(&world, &mut samples).await;
+                tick.tick().await;
+                sampler
+                    .lock()
+                    .await
+                    .sample(&world, &world.http, started)
+                    .await;
             }
         })
     };
-    let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     let mut last_progress = 0;
     for step in steps {
@@ -219,7 +217,7 @@ async fn play(checked: &Checked, world: Arc<World>) -> Status {
     if let Ok(Ok(Err(e))) = lane {
         eprintln!("error: a fault could not be healed: {e}");
         follower.abort();
-        sampler.abort();
+        sampling.abort();
         return 2;
     }
     faults.end_all(&world, &rec).await;
@@ -228,7 +226,7 @@ async fn play(checked: &Checked, world: Arc<World>) -> Status {
     players.leave_all().await;
     let elapsed = started.elapsed();
     follower.abort();
-    sampler.abort();
+    sampling.abort();
 
     let texts = collect(&world).await;
     // An expiry whose bound (exp, the skew, then a second for the products' whole-second
@@ -273,7 +271,11 @@ async fn play(checked: &Checked, world: Arc<World>) -> Status {
         }
         println!("history: {} ({} events)", path.display(), events.len());
     }
-    if report.is_ok() {
+    let soak_passed = match soak_verdict(args, sampler.lock().await.samples()) {
+        Ok(passed) => passed,
+        Err(status) => return status,
+    };
+    if report.is_ok() && soak_passed {
         0
     } else {
         println!(
@@ -284,6 +286,26 @@ async fn play(checked: &Checked, world: Arc<World>) -> Status {
         );
         1
     }
+}
+
+/// With `--soak`, the resources' report printed and whether it passed; the samples written
+/// where `--samples` says. `Err` is the exit status of a samples file that cannot be written.
+fn soak_verdict(args: &Args, samples: &[Sample]) -> Result<bool, Status> {
+    if let Some(path) = &args.samples {
+        let written = std::fs::File::create(path)
+            .and_then(|f| write_samples(std::io::BufWriter::new(f), samples));
+        if let Err(e) = written {
+            eprintln!("error: writing the samples to {}: {e}", path.display());
+            return Err(2);
+        }
+        println!("samples: {} ({})", path.display(), samples.len());
+    }
+    if !args.soak {
+        return Ok(true);
+    }
+    let report = check_soak(samples, &SoakBounds::default());
+    print!("{report}");
+    Ok(report.passed())
 }
 
 /// The flags besides `--seconds` and `--seed` that shape the plan, as given.
@@ -301,6 +323,9 @@ fn reproduce_flags(checked: &Checked) -> String {
         if value != default {
             flags.push_str(&format!(" {name} {value}"));
         }
+    }
+    if a.soak {
+        flags.push_str(" --soak");
     }
     if let Some(f) = &a.faults {
         flags.push_str(&format!(" --faults {f}"));

@@ -197,6 +197,13 @@ impl FaultKindName {
             Self::ClockOffset => "clock_offset",
         }
     }
+
+    /// Whether the fault kills and restarts a product (a kill, or a restart under another
+    /// clock): a soak leaves these out, since a new life starts its memory over.
+    #[must_use]
+    pub fn restarts_a_process(self) -> bool {
+        matches!(self, Self::ProcessKilled | Self::ClockOffset)
+    }
 }
 
 /// How often each operation is drawn, relative to the others.

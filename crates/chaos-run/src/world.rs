@@ -416,8 +416,9 @@ impl World {
         child.ready(&self.http, Duration::from_secs(30)).await
     }
 
-    /// Every child's process id, by name: for the soak sampler.
-    pub(crate) async fn pids(&self) -> Vec<(String, u32)> {
+    /// Every child's name, process id and admin listener (which exports its tokio tasks):
+    /// for the resource sampler.
+    pub(crate) async fn pids(&self) -> Vec<(String, u32, Option<SocketAddr>)> {
         let mut pids = Vec::new();
         for child in self
             .apis
@@ -427,7 +428,7 @@ impl World {
         {
             let child = child.lock().await;
             if let Some(pid) = child.pid() {
-                pids.push((child.name.clone(), pid));
+                pids.push((child.name.clone(), pid, child.admin));
             }
         }
         pids

@@ -33,6 +33,9 @@ fn a_bad_command_line_exits_2_before_anything_starts() {
         &["--weights", "ban=lots"],
         &["--seconds", "ten"],
         &["--no-such-flag"],
+        &["--sample-every", "0"],
+        &["--soak", "--faults", "process_killed"],
+        &["--soak", "--faults", "redis_killed,clock_offset"],
     ] {
         let out = chaos(args, &[]);
         let stderr = String::from_utf8_lossy(&out.stderr);
