@@ -324,6 +324,8 @@ struct Delivery {
     auth_url: OnceLock<Arc<str>>,
     /// How long a notice is retried before it is given up on.
     retry_for: Duration,
+    /// How long after a session's last token expired its logout is still told.
+    expired_for: Duration,
 }
 
 /// The game servers to tell, and how.
@@ -365,7 +367,8 @@ enum Try {
 
 impl Notifier {
     /// A notifier for `targets` (game servers' admin base URLs) with `secret`, retrying each
-    /// notice for `retry_for`, naming `public_url` (if known yet) as `auth_url`.
+    /// notice for `retry_for`, telling a logout until `expired_for` after the session's last
+    /// token expired, naming `public_url` (if known yet) as `auth_url`.
     ///
     /// # Errors
     ///
@@ -375,6 +378,7 @@ impl Notifier {
         targets: &[String],
         secret: AdminSecret,
         retry_for: Duration,
+        expired_for: Duration,
         public_url: Option<&str>,
     ) -> Result<Self, ApiConfigError> {
         let targets = targets
@@ -408,6 +412,7 @@ impl Notifier {
                 secret,
                 auth_url,
                 retry_for,
+                expired_for,
             }),
         })
     }
@@ -415,6 +420,13 @@ impl Notifier {
     /// Names `base_url` as `auth_url` in every notice, unless a public URL was configured.
     pub(super) fn default_auth_url(&self, base_url: &str) {
         let _ = self.delivery.auth_url.set(Arc::from(base_url));
+    }
+
+    /// Whether a logout at `now` of a session whose last token expires at `last_token_expires`
+    /// is told: while a token lives, and until `expired_for` after the last one expired (the
+    /// game servers honour a token until its `exp` plus their clock skew).
+    pub(super) fn tells_logout(&self, last_token_expires: Option<Instant>, now: Instant) -> bool {
+        last_token_expires.is_some_and(|expires| expires + self.delivery.expired_for > now)
     }
 
     /// Queues `notice` for every target, as made now. Returns at once.

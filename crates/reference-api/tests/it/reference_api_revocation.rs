@@ -695,3 +695,48 @@ async fn a_game_server_that_is_down_does_not_take_the_notices_of_the_others() {
     )
     .await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_logout_after_exp_is_told_while_within_the_game_servers_clock_skew() {
+    // Issue 34: a game server honours a token until its `exp` plus its clock skew, so the
+    // logout of a session whose every token passed `exp` less than `notify_expired_for` ago is
+    // still told (it was not: only sessions with a live token were); one whose tokens expired
+    // longer ago than that is not.
+    let recorder = RevokeRecorder::start().await;
+    let running = reference_api_with(ApiConfig {
+        notify: vec![recorder.base_url()],
+        admin_secret: Some(AdminSecret::new(SECRET).unwrap()),
+        notify_expired_for: Duration::from_secs(30),
+        ..ApiConfig::default()
+    })
+    .await;
+    let api = ApiCalls::new(&running.base_url());
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let cookie = api.session("carol", "carolina").await;
+        let answer = json_of(
+            api.token_raw(&cookie, Some(&json!({ "expires_in": 2 })))
+                .await,
+        )
+        .await;
+        let token = answer["access_token"].as_str().unwrap().to_owned();
+        let sid = json_of(api.user(&token).await).await["sid"].clone();
+        sessions.push((cookie, token, sid));
+    }
+    // 10 s past exp: within the skew of a game server (5 s in the chaos run, 30 s by default).
+    tokio::time::advance(Duration::from_secs(12)).await;
+    // A new client: the API closed the idle kept-alive connections meanwhile (10 s).
+    let api = ApiCalls::new(&running.base_url());
+    let (cookie, token, sid) = &sessions[0];
+    assert_eq!(api.user(token).await.status(), 401, "expired at the API");
+    assert_eq!(api.logout(cookie).await.status(), 204);
+    let calls = settled_calls(&running, &recorder, 1).await;
+    assert_eq!(calls[0].body["session"], *sid, "{calls:?}");
+
+    // 40 s past exp: beyond any game server's skew here, so nothing is sent.
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let api = ApiCalls::new(&running.base_url());
+    assert_eq!(api.logout(&sessions[1].0).await.status(), 204);
+    assert_eq!(running.api().pending_notifications(), 0, "nothing queued");
+    assert_eq!(recorder.calls().len(), 1, "{:?}", recorder.calls());
+}
