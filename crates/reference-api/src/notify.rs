@@ -171,12 +171,16 @@ impl Outbox {
                     );
                     self.bans.clear();
                     self.banned.clear();
+                    self.held
+                        .retain(|notice, _| !matches!(notice, Notice::User(_)));
                     self.push_all(latest, oldest, now);
                 }
             }
             session => {
                 if self.logouts.len() >= MAX_PENDING_LOGOUTS {
-                    self.logouts.pop_front();
+                    if let Some((dropped, _)) = self.logouts.pop_front() {
+                        self.held.remove(&dropped.notice);
+                    }
                     self.dropped += 1;
                     tracing::warn!(
                         pending = MAX_PENDING_LOGOUTS,
