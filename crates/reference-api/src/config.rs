@@ -75,6 +75,12 @@ pub struct ApiConfig {
     /// How long a notification a game server has not taken is retried before it is given up
     /// on (and logged). Default: 15 minutes.
     pub notify_retry_for: Duration,
+    /// How long after the last of a session's tokens expired its logout is still told to the
+    /// game servers: they honour a token until its `exp` plus their clock skew (`game-server
+    /// --clock-skew`, default 30 s), so a session holding one plays on until then unless told.
+    /// Keep it at least the largest clock skew of the game servers and sidecars told. Default:
+    /// 60 s.
+    pub notify_expired_for: Duration,
     /// This API's base URL as game servers know it (their players' authUrl), named as
     /// `auth_url` in every notification so that rooms on this integrator are revoked whatever
     /// a game server's default authUrl is. Default: `None`, the base URL it listens on
@@ -113,6 +119,7 @@ impl Default for ApiConfig {
             token_ttl: Duration::from_secs(3600),
             notify: Vec::new(),
             notify_retry_for: Duration::from_secs(15 * 60),
+            notify_expired_for: Duration::from_secs(60),
             public_url: None,
             play_game_urls: Vec::new(),
             admin_secret: None,

@@ -170,13 +170,17 @@ pub(super) async fn user(State(api): State<ReferenceApi>, headers: HeaderMap) ->
 }
 
 /// `POST /api/logout`: ends the session and revokes every token it issued, telling the
-/// notify targets (in the background) when any was still live: one notice naming the session's
+/// notify targets (in the background) when any was still live or expired less than
+/// [`ApiConfig::notify_expired_for`](super::ApiConfig::notify_expired_for) ago (the game
+/// servers honour a token until `exp` plus their clock skew): one notice naming the session's
 /// `sid`. Always 204.
 pub(super) async fn logout(State(api): State<ReferenceApi>, headers: HeaderMap) -> Response {
     if let Some(session_id) = session_cookie(&headers) {
         if let (Some(notifier), Some(ended)) = (&api.inner.notifier, end_session(&api, session_id))
         {
-            if ended.live_tokens > 0 {
+            if ended.live_tokens > 0
+                || notifier.tells_logout(ended.last_token_expires, Instant::now())
+            {
                 notifier.send(Notice::Session {
                     user_id: ended.user_id,
                     session: ended.sid,

@@ -171,6 +171,7 @@ impl ReferenceApi {
                 &config.notify,
                 secret.clone(),
                 config.notify_retry_for,
+                config.notify_expired_for,
                 config.public_url.as_deref(),
             )?),
             _ => None,

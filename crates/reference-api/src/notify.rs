@@ -7,8 +7,10 @@
 //! authUrl is; `at` is when the revocation was made, in Unix milliseconds, so that one
 //! delivered late closes what it named then, not a session a later login opened.
 //!
-//! Each target has an outbox and one worker delivering from it, in the background: the logout
-//! or the ban never waits for it. The outbox is bounded and coalescing:
+//! Each target has an outbox and [`WORKERS_PER_TARGET`] workers delivering from it, each one
+//! notice at a time, in the background: the logout or the ban never waits for them, and a
+//! notice a game server holds (it waits up to a second for its shared tier before answering)
+//! does not hold the notices behind it. The outbox is bounded and coalescing:
 //!
 //! - bans go first and are never dropped: one per user (a second ban of a user still waiting
 //!   moves its `at` to the later one), and past [`MAX_PENDING_BANS`] they widen into one
@@ -20,7 +22,10 @@
 //!   the oldest is dropped and logged (its tokens still end at their expiry);
 //! - a delivery counts only when the game server answers 200 (or another 2xx but 202): a 202
 //!   or a 503 (the revocation is pending on that node: its link to the shared tier is down) is
-//!   retried after its `Retry-After` (at most [`MAX_RETRY_AFTER`]), and so are 401, 403, 404
+//!   retried after its `Retry-After` (at most [`MAX_RETRY_AFTER`]); when that answer says the
+//!   node applied it (a 202, or a 503 with `"pending": true`), the notices behind it go on at
+//!   once meanwhile (issue 34: a node's slow shared tier held every later logout a second or
+//!   more). 401, 403, 404 are retried
 //!   (a secret or an admin URL wrong for now: fixed by a redeploy, logged once per change),
 //!   every other status and every transport error, with a doubling backoff (capped at
 //!   [`MAX_BACKOFF`]), until it is taken or older than the retry window
@@ -56,13 +61,16 @@ pub(super) const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 const TRY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Deadline to connect, within [`TRY_TIMEOUT`].
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Workers delivering to one target at once: a notice the game server holds (waiting for its
+/// shared tier) or asks to retry later does not hold up the notices behind it.
+pub(super) const WORKERS_PER_TARGET: usize = 4;
 /// Bans pending for one target before they widen into one revocation of everything.
 pub(super) const MAX_PENDING_BANS: usize = 100_000;
 /// Logouts pending for one target before the oldest is dropped.
 pub(super) const MAX_PENDING_LOGOUTS: usize = 100_000;
 
 /// One revocation, the body of one `/admin/revoke` call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) enum Notice {
     /// Every session of one user: a ban.
     User(i64),
@@ -133,6 +141,12 @@ struct Outbox {
     dropped: u64,
     /// Why the last failed try failed, without any secret.
     last_error: Option<String>,
+    /// Notices no worker may take now: being tried (`None`), or waiting out a failed try
+    /// (`Some`: not before then).
+    held: HashMap<Notice, Option<Instant>>,
+    /// The wait after the next failed try: doubles with each failure, back to the first after
+    /// a delivery (one pace per target, whichever worker tries).
+    backoff: Duration,
 }
 
 impl Outbox {
@@ -157,12 +171,16 @@ impl Outbox {
                     );
                     self.bans.clear();
                     self.banned.clear();
+                    self.held
+                        .retain(|notice, _| !matches!(notice, Notice::User(_)));
                     self.push_all(latest, oldest, now);
                 }
             }
             session => {
                 if self.logouts.len() >= MAX_PENDING_LOGOUTS {
-                    self.logouts.pop_front();
+                    if let Some((dropped, _)) = self.logouts.pop_front() {
+                        self.held.remove(&dropped.notice);
+                    }
                     self.dropped += 1;
                     tracing::warn!(
                         pending = MAX_PENDING_LOGOUTS,
@@ -198,12 +216,13 @@ impl Outbox {
         }
     }
 
-    /// The next notice to deliver (everything first, then bans, then logouts), after dropping
-    /// what is older than `retry_for`.
+    /// The next notice to deliver that no worker holds (everything first, then bans, then
+    /// logouts), after dropping what is older than `retry_for`.
     fn next(&mut self, now: Instant, retry_for: Duration) -> Option<Stamped> {
         let expired = |queued: Instant| now.saturating_duration_since(queued) > retry_for;
         if self.all.is_some_and(|all| expired(all.renewed)) {
             self.all = None;
+            self.held.remove(&Notice::All);
             self.give_up(1);
         }
         while let Some(&(user_id, queued)) = self.bans.front() {
@@ -212,6 +231,7 @@ impl Outbox {
             }
             self.bans.pop_front();
             self.banned.remove(&user_id);
+            self.held.remove(&Notice::User(user_id));
             self.give_up(1);
         }
         let stale = self
@@ -220,27 +240,57 @@ impl Outbox {
             .take_while(|(_, queued)| expired(*queued))
             .count();
         if stale > 0 {
-            self.logouts.drain(..stale);
+            for (stamped, _) in self.logouts.drain(..stale) {
+                self.held.remove(&stamped.notice);
+            }
             self.give_up(stale);
         }
-        if let Some(all) = self.all {
-            Some(Stamped {
+        let free = |notice: &Notice| match self.held.get(notice) {
+            None => true,
+            Some(None) => false,
+            Some(Some(until)) => *until <= now,
+        };
+        if let Some(all) = self.all.filter(|_| free(&Notice::All)) {
+            return Some(Stamped {
                 notice: Notice::All,
                 at: all.at,
-            })
-        } else if let Some(&(user_id, _)) = self.bans.front() {
-            Some(Stamped {
+            });
+        }
+        let ban = (self.bans.iter()).find(|&&(user_id, _)| free(&Notice::User(user_id)));
+        if let Some(&(user_id, _)) = ban {
+            return Some(Stamped {
                 notice: Notice::User(user_id),
                 at: self.banned.get(&user_id).copied().unwrap_or_default(),
-            })
-        } else {
-            self.logouts.front().map(|(stamped, _)| stamped.clone())
+            });
         }
+        (self.logouts.iter())
+            .find(|(stamped, _)| free(&stamped.notice))
+            .map(|(stamped, _)| stamped.clone())
+    }
+
+    /// [`next`](Self::next), held as being tried until [`release`](Self::release)d or done;
+    /// `true` with it when it was tried before (a retry).
+    fn take(&mut self, now: Instant, retry_for: Duration) -> Option<(Stamped, bool)> {
+        let next = self.next(now, retry_for)?;
+        let retry = self.held.insert(next.notice.clone(), None).is_some();
+        Some((next, retry))
+    }
+
+    /// Lets another try take `notice`, not before `until`.
+    fn release(&mut self, notice: &Notice, until: Instant) {
+        self.held.insert(notice.clone(), Some(until));
+    }
+
+    /// When the first notice waiting out a failed try may go again, if any does.
+    fn next_due(&self) -> Option<Instant> {
+        self.held.values().flatten().min().copied()
     }
 
     /// Takes `sent` out once it was delivered or refused for good, unless it went meanwhile
-    /// or was made later since (then it goes again, with its later `at`).
+    /// or was made later since (then it goes again, with its later `at`). Another worker may
+    /// have delivered the notices before it: it is found wherever it is.
     fn done(&mut self, sent: &Stamped) {
+        self.held.remove(&sent.notice);
         match &sent.notice {
             Notice::All => {
                 if self.all.is_some_and(|all| all.at == sent.at) {
@@ -248,15 +298,16 @@ impl Outbox {
                 }
             }
             Notice::User(user_id) => {
-                let front = self.bans.front().is_some_and(|(id, _)| id == user_id);
-                if front && self.banned.get(user_id) == Some(&sent.at) {
-                    self.bans.pop_front();
+                if self.banned.get(user_id) == Some(&sent.at) {
+                    if let Some(at) = self.bans.iter().position(|(id, _)| id == user_id) {
+                        self.bans.remove(at);
+                    }
                     self.banned.remove(user_id);
                 }
             }
             Notice::Session { .. } => {
-                if self.logouts.front().is_some_and(|(n, _)| n == sent) {
-                    self.logouts.pop_front();
+                if let Some(at) = self.logouts.iter().position(|(n, _)| n == sent) {
+                    self.logouts.remove(at);
                 }
             }
         }
@@ -302,10 +353,10 @@ struct Target {
     /// Its `/admin/revoke` URL.
     url: Url,
     outbox: Mutex<Outbox>,
-    /// Wakes the worker when a notice is queued.
+    /// Wakes a worker when a notice is queued.
     queued: Notify,
-    /// The worker, started by the first notice; aborted when the notifier goes.
-    worker: OnceLock<tokio::task::JoinHandle<()>>,
+    /// The workers, started by the first notice; aborted when the notifier goes.
+    workers: OnceLock<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Target {
@@ -324,6 +375,8 @@ struct Delivery {
     auth_url: OnceLock<Arc<str>>,
     /// How long a notice is retried before it is given up on.
     retry_for: Duration,
+    /// How long after a session's last token expired its logout is still told.
+    expired_for: Duration,
 }
 
 /// The game servers to tell, and how.
@@ -346,7 +399,7 @@ impl fmt::Debug for Notifier {
 impl Drop for Notifier {
     fn drop(&mut self) {
         for target in &self.targets {
-            if let Some(worker) = target.worker.get() {
+            for worker in target.workers.get().into_iter().flatten() {
                 worker.abort();
             }
         }
@@ -359,13 +412,20 @@ enum Try {
     Delivered,
     /// Refused for its body: another try would not change it; the next notice may go.
     Refused,
-    /// Not taken yet: try again later, not before the wait the game server asked for.
-    Again(String, Option<Duration>),
+    /// Not taken yet: try again later, not before the wait the game server asked for;
+    /// `applied` when the game server said it applied it (a 202, or a 503 with
+    /// `"pending": true`: only its shared tier lags), so that the next notices may go at once.
+    Again {
+        why: String,
+        retry_after: Option<Duration>,
+        applied: bool,
+    },
 }
 
 impl Notifier {
     /// A notifier for `targets` (game servers' admin base URLs) with `secret`, retrying each
-    /// notice for `retry_for`, naming `public_url` (if known yet) as `auth_url`.
+    /// notice for `retry_for`, telling a logout until `expired_for` after the session's last
+    /// token expired, naming `public_url` (if known yet) as `auth_url`.
     ///
     /// # Errors
     ///
@@ -375,6 +435,7 @@ impl Notifier {
         targets: &[String],
         secret: AdminSecret,
         retry_for: Duration,
+        expired_for: Duration,
         public_url: Option<&str>,
     ) -> Result<Self, ApiConfigError> {
         let targets = targets
@@ -385,7 +446,7 @@ impl Notifier {
                         url,
                         outbox: Mutex::default(),
                         queued: Notify::new(),
-                        worker: OnceLock::new(),
+                        workers: OnceLock::new(),
                     })
                 })
             })
@@ -408,6 +469,7 @@ impl Notifier {
                 secret,
                 auth_url,
                 retry_for,
+                expired_for,
             }),
         })
     }
@@ -417,14 +479,23 @@ impl Notifier {
         let _ = self.delivery.auth_url.set(Arc::from(base_url));
     }
 
+    /// Whether a logout at `now` of a session whose last token expires at `last_token_expires`
+    /// is told: while a token lives, and until `expired_for` after the last one expired (the
+    /// game servers honour a token until its `exp` plus their clock skew).
+    pub(super) fn tells_logout(&self, last_token_expires: Option<Instant>, now: Instant) -> bool {
+        last_token_expires.is_some_and(|expires| expires + self.delivery.expired_for > now)
+    }
+
     /// Queues `notice` for every target, as made now. Returns at once.
     pub(super) fn send(&self, notice: Notice) {
         let (now, at) = (Instant::now(), unix_ms());
         for target in &self.targets {
             target.outbox().push(notice.clone(), at, now);
-            target
-                .worker
-                .get_or_init(|| tokio::spawn(work(target.clone(), self.delivery.clone())));
+            target.workers.get_or_init(|| {
+                (0..WORKERS_PER_TARGET)
+                    .map(|_| tokio::spawn(work(target.clone(), self.delivery.clone())))
+                    .collect()
+            });
             target.queued.notify_one();
         }
     }
@@ -464,47 +535,77 @@ impl Notifier {
     }
 }
 
-/// Delivers `target`'s outbox, one notice at a time, for as long as the notifier lives.
+/// One of `target`'s workers: delivers from its outbox, one notice at a time, for as long as
+/// the notifier lives. After a failed try it waits the target's backoff (or the `Retry-After`)
+/// before its next try, so that a target that cannot take notices gets at most
+/// [`WORKERS_PER_TARGET`] tries a backoff; after a first try the game server applied (only its
+/// shared tier lags) it goes on at once with the next notice.
 async fn work(target: Arc<Target>, delivery: Arc<Delivery>) {
-    let mut backoff = FIRST_BACKOFF;
     loop {
-        let next = target.outbox().next(Instant::now(), delivery.retry_for);
-        let Some(stamped) = next else {
-            target.queued.notified().await;
+        let (next, due) = {
+            let mut outbox = target.outbox();
+            let next = outbox.take(Instant::now(), delivery.retry_for);
+            (next, outbox.next_due())
+        };
+        let Some((stamped, retry)) = next else {
+            match due {
+                Some(due) => {
+                    tokio::select! {
+                        () = target.queued.notified() => {}
+                        () = tokio::time::sleep_until(due) => {}
+                    }
+                }
+                None => target.queued.notified().await,
+            }
             continue;
         };
         let tried = try_once(&delivery, &target.url, &stamped).await;
-        let retry_after = match tried {
-            Try::Delivered | Try::Refused => {
-                let mut outbox = target.outbox();
-                outbox.done(&stamped);
-                if let Try::Delivered = tried {
-                    outbox.delivered += 1;
-                } else {
-                    outbox.dropped += 1;
+        let wait = {
+            let mut outbox = target.outbox();
+            match tried {
+                Try::Delivered | Try::Refused => {
+                    outbox.done(&stamped);
+                    if let Try::Delivered = tried {
+                        outbox.delivered += 1;
+                    } else {
+                        outbox.dropped += 1;
+                    }
+                    outbox.backoff = FIRST_BACKOFF;
+                    continue;
                 }
-                backoff = FIRST_BACKOFF;
-                continue;
-            }
-            Try::Again(why, retry_after) => {
-                let mut outbox = target.outbox();
-                if outbox.last_error.as_ref() != Some(&why) {
-                    tracing::warn!(
-                        target = %target.url,
-                        error = %why,
-                        "revocation not taken by the game server yet: retrying"
-                    );
+                Try::Again {
+                    why,
+                    retry_after,
+                    applied,
+                } => {
+                    if outbox.last_error.as_ref() != Some(&why) {
+                        tracing::warn!(
+                            target = %target.url,
+                            error = %why,
+                            "revocation not taken by the game server yet: retrying"
+                        );
+                    }
+                    outbox.last_error = Some(why);
+                    let asked = retry_after.unwrap_or_default().min(MAX_RETRY_AFTER);
+                    if applied && !retry {
+                        // The game server applied it and answered: it is up. This notice waits
+                        // out its Retry-After; the next ones, never tried, go now. (Retries are
+                        // paced below, so that a node whose shared tier stays down is not sent
+                        // the whole outbox again and again.)
+                        let until = Instant::now() + asked.max(FIRST_BACKOFF);
+                        outbox.release(&stamped.notice, until);
+                        continue;
+                    }
+                    let backoff = outbox.backoff.max(FIRST_BACKOFF);
+                    outbox.backoff = (backoff * 2).min(MAX_BACKOFF);
+                    let jitter = 0.8 + fastrand::f64() * 0.4;
+                    let wait = backoff.mul_f64(jitter).max(asked);
+                    outbox.release(&stamped.notice, Instant::now() + wait);
+                    wait
                 }
-                outbox.last_error = Some(why);
-                retry_after
             }
         };
-        let jitter = 0.8 + fastrand::f64() * 0.4;
-        let wait = backoff
-            .mul_f64(jitter)
-            .max(retry_after.unwrap_or_default().min(MAX_RETRY_AFTER));
         tokio::time::sleep(wait).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 
@@ -524,7 +625,11 @@ async fn try_once(delivery: &Delivery, url: &Url, stamped: &Stamped) -> Try {
         Err(error) => {
             let error = error.without_url();
             tracing::debug!(target = %url, %error, "revocation not delivered yet");
-            return Try::Again(error.to_string(), None);
+            return Try::Again {
+                why: error.to_string(),
+                retry_after: None,
+                applied: false,
+            };
         }
     };
     let status = response.status();
@@ -541,6 +646,14 @@ async fn try_once(delivery: &Delivery, url: &Url, stamped: &Stamped) -> Try {
         return Try::Refused;
     }
     tracing::debug!(target = %url, status = status.as_u16(), "revocation not taken yet");
+    let retry_after = retry_after(response.headers());
+    let applied = match status {
+        StatusCode::ACCEPTED => true,
+        StatusCode::SERVICE_UNAVAILABLE => (response.bytes().await.ok())
+            .and_then(|body| serde_json::from_slice::<serde_json::Value>(&body).ok())
+            .is_some_and(|body| body["pending"] == true),
+        _ => false,
+    };
     let why = match status {
         StatusCode::ACCEPTED | StatusCode::SERVICE_UNAVAILABLE => {
             format!("answered {status}: pending on the game server")
@@ -550,7 +663,11 @@ async fn try_once(delivery: &Delivery, url: &Url, stamped: &Stamped) -> Try {
         }
         _ => format!("answered {status}"),
     };
-    Try::Again(why, retry_after(response.headers()))
+    Try::Again {
+        why,
+        retry_after,
+        applied,
+    }
 }
 
 /// A `Retry-After` in seconds (the HTTP-date form is not used by game servers).
@@ -722,13 +839,45 @@ mod tests {
     }
 
     #[test]
-    fn a_notice_that_went_meanwhile_is_not_taken_out_twice() {
+    fn a_notice_delivered_before_those_ahead_of_it_is_taken_out_and_only_it() {
+        // Several workers deliver at once: b may be taken while a is still being tried.
         let mut outbox = Outbox::default();
         let now = Instant::now();
         outbox.push(logout(1, "a"), 1, now);
         outbox.push(logout(1, "b"), 1, now);
         outbox.done(&stamped(logout(1, "b"), 1));
-        assert_eq!(outbox.pending(), 2, "b was not at the front");
+        outbox.done(&stamped(logout(1, "b"), 1));
+        assert_eq!(outbox.pending(), 1);
+        assert_eq!(
+            outbox.next(now, Duration::MAX),
+            Some(stamped(logout(1, "a"), 1))
+        );
+    }
+
+    #[test]
+    fn a_notice_being_tried_or_waiting_out_a_try_is_not_taken_again_and_the_next_goes() {
+        // What lets a logout go while the one before it waits for a slow game server.
+        let mut outbox = Outbox::default();
+        let now = Instant::now();
+        outbox.push(logout(1, "a"), 1, now);
+        outbox.push(logout(2, "b"), 2, now);
+        let (first, retry) = outbox.take(now, Duration::MAX).unwrap();
+        assert_eq!((&first, retry), (&stamped(logout(1, "a"), 1), false));
+        let (second, _) = outbox.take(now, Duration::MAX).unwrap();
+        assert_eq!(second, stamped(logout(2, "b"), 2), "a is being tried");
+        assert_eq!(outbox.take(now, Duration::MAX), None, "both are");
+        let later = now + Duration::from_secs(1);
+        outbox.release(&first.notice, later);
+        assert_eq!(outbox.next_due(), Some(later));
+        assert_eq!(outbox.take(now, Duration::MAX), None, "not before its time");
+        assert_eq!(
+            outbox.take(later, Duration::MAX),
+            Some((first.clone(), true)),
+            "a retry"
+        );
+        outbox.done(&first);
+        outbox.done(&second);
+        assert_eq!((outbox.pending(), outbox.next_due()), (0, None));
     }
 
     #[test]

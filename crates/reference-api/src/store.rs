@@ -119,6 +119,9 @@ pub(super) struct Session {
     opener: Opener,
     /// The hashes of the tokens it issued, some perhaps expired or ended since.
     tokens: Vec<Digest32>,
+    /// When the last of its tokens to expire expires (`None`: it issued none): a logout is
+    /// told while this is within the products' clock skew, even once every token expired.
+    last_token_expires: Option<Instant>,
 }
 
 /// An access token issued by `/api/access_token`.
@@ -156,6 +159,8 @@ pub(super) struct Ended {
     pub(super) sid: Arc<str>,
     /// Its tokens that were still live.
     pub(super) live_tokens: usize,
+    /// When the last of its tokens to expire expires (or expired); `None` when it issued none.
+    pub(super) last_token_expires: Option<Instant>,
 }
 
 impl Store {
@@ -260,6 +265,7 @@ impl Store {
             sid,
             opener,
             tokens: Vec::new(),
+            last_token_expires: None,
         };
         self.sessions.insert(key, session);
     }
@@ -307,6 +313,7 @@ impl Store {
         };
         owner.tokens_issued += 1;
         owner.tokens.push(token);
+        owner.last_token_expires = owner.last_token_expires.max(Some(expires));
         let guest = matches!(owner.opener, Opener::Guest(_));
         let issued = IssuedToken {
             user_id: owner.user_id,
@@ -367,6 +374,7 @@ impl Store {
             user_id: session.user_id,
             sid: session.sid,
             live_tokens,
+            last_token_expires: session.last_token_expires,
         })
     }
 

@@ -44,6 +44,10 @@ pub(crate) struct ServeApiArgs {
     /// How long a notification a game server has not taken is retried, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 900)]
     pub(crate) notify_retry_for: u64,
+    /// How long after the last of a session's tokens expired its logout is still told, in
+    /// seconds: at least the largest --clock-skew of the game servers told (default 30).
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub(crate) notify_expired_for: u64,
     /// This API's base URL as game servers know it (their players' authUrl), named as
     /// auth_url in every notification; default: the address it listens on.
     #[arg(long, value_name = "URL")]
@@ -150,6 +154,7 @@ fn config(args: &ServeApiArgs) -> Result<ApiConfig, String> {
     }
     config.notify = args.notify.clone();
     config.notify_retry_for = Duration::from_secs(args.notify_retry_for);
+    config.notify_expired_for = Duration::from_secs(args.notify_expired_for);
     config.public_url = args.public_url.clone();
     config.play_game_urls = args.play_game_urls.clone();
     config.serve.max_connections_per_address = args.max_connections_per_address;

@@ -695,3 +695,173 @@ async fn a_game_server_that_is_down_does_not_take_the_notices_of_the_others() {
     )
     .await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_logout_after_exp_is_told_while_within_the_game_servers_clock_skew() {
+    // Issue 34: a game server honours a token until its `exp` plus its clock skew, so the
+    // logout of a session whose every token passed `exp` less than `notify_expired_for` ago is
+    // still told (it was not: only sessions with a live token were); one whose tokens expired
+    // longer ago than that is not.
+    let recorder = RevokeRecorder::start().await;
+    let running = reference_api_with(ApiConfig {
+        notify: vec![recorder.base_url()],
+        admin_secret: Some(AdminSecret::new(SECRET).unwrap()),
+        notify_expired_for: Duration::from_secs(30),
+        ..ApiConfig::default()
+    })
+    .await;
+    let api = ApiCalls::new(&running.base_url());
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let cookie = api.session("carol", "carolina").await;
+        let answer = json_of(
+            api.token_raw(&cookie, Some(&json!({ "expires_in": 2 })))
+                .await,
+        )
+        .await;
+        let token = answer["access_token"].as_str().unwrap().to_owned();
+        let sid = json_of(api.user(&token).await).await["sid"].clone();
+        sessions.push((cookie, token, sid));
+    }
+    // 10 s past exp: within the skew of a game server (5 s in the chaos run, 30 s by default).
+    tokio::time::advance(Duration::from_secs(12)).await;
+    // A new client: the API closed the idle kept-alive connections meanwhile (10 s).
+    let api = ApiCalls::new(&running.base_url());
+    let (cookie, token, sid) = &sessions[0];
+    assert_eq!(api.user(token).await.status(), 401, "expired at the API");
+    assert_eq!(api.logout(cookie).await.status(), 204);
+    let calls = settled_calls(&running, &recorder, 1).await;
+    assert_eq!(calls[0].body["session"], *sid, "{calls:?}");
+
+    // 40 s past exp: beyond any game server's skew here, so nothing is sent.
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let api = ApiCalls::new(&running.base_url());
+    assert_eq!(api.logout(&sessions[1].0).await.status(), 204);
+    assert_eq!(running.api().pending_notifications(), 0, "nothing queued");
+    assert_eq!(recorder.calls().len(), 1, "{:?}", recorder.calls());
+}
+
+/// A game server's admin listener whose shared tier is slow for one session's logout: that
+/// notice is held a second and answered as a node answers then (503, `"pending": true`: applied
+/// here, not yet in the shared tier, `Retry-After: 1`); every other call, and that one again,
+/// is taken at once. Each call is recorded with when it arrived.
+struct SlowSharedTier {
+    base_url: String,
+    calls: Arc<Mutex<Vec<(Instant, Value)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SlowSharedTier {
+    async fn start(slow_session: Arc<Mutex<Option<Value>>>) -> Self {
+        use axum::http::{header, StatusCode};
+        use axum::response::IntoResponse;
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let seen = calls.clone();
+        let held_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let router = axum::Router::new().route(
+            "/admin/revoke",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let (seen, slow_session, held_once) =
+                    (seen.clone(), slow_session.clone(), held_once.clone());
+                async move {
+                    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    seen.lock().unwrap().push((Instant::now(), body.clone()));
+                    let slow = slow_session.lock().unwrap().clone();
+                    if slow.is_some_and(|sid| body["session"] == sid)
+                        && !held_once.swap(true, std::sync::atomic::Ordering::SeqCst)
+                    {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        let pending = json!({
+                            "error": "revocation_pending", "pending": true, "sessions_closed": 1
+                        });
+                        return (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            [(header::RETRY_AFTER, "1")],
+                            axum::Json(pending),
+                        )
+                            .into_response();
+                    }
+                    axum::Json(json!({ "sessions_closed": 1 })).into_response()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base_url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        SlowSharedTier {
+            base_url,
+            calls,
+            task,
+        }
+    }
+
+    /// When the first call naming `sid` arrived, if one did.
+    fn arrived(&self, sid: &Value) -> Option<Instant> {
+        let calls = self.calls.lock().unwrap();
+        calls
+            .iter()
+            .find(|(_, body)| body["session"] == *sid)
+            .map(|(at, _)| *at)
+    }
+}
+
+impl Drop for SlowSharedTier {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[tokio::test]
+async fn a_logout_is_not_held_behind_one_a_game_server_holds_for_its_shared_tier() {
+    // Issue 34 (seed 2027's late notices): a node answers /admin/revoke only once its shared
+    // tier took the revocation, or 503 pending after 1 s, and the notifier then waited its
+    // Retry-After: every logout queued behind reached the node 1-2 s late although the node
+    // had closed its sessions at once. Now the next logout goes while that one is held, and
+    // the held one is still retried until taken. Real time: the node's hold is the scenario.
+    let slow_session = Arc::new(Mutex::new(None));
+    let node = SlowSharedTier::start(slow_session.clone()).await;
+    let running = reference_api_with(ApiConfig {
+        notify: vec![node.base_url.clone()],
+        admin_secret: Some(AdminSecret::new(SECRET).unwrap()),
+        ..ApiConfig::default()
+    })
+    .await;
+    let api = ApiCalls::new(&running.base_url());
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let cookie = api.session("alice", "wonderland").await;
+        let token = api.token(&cookie).await;
+        let sid = json_of(api.user(&token).await).await["sid"].clone();
+        sessions.push((cookie, sid));
+    }
+    let (held, next) = (&sessions[0], &sessions[1]);
+    *slow_session.lock().unwrap() = Some(held.1.clone());
+
+    assert_eq!(api.logout(&held.0).await.status(), 204);
+    eventually("the held logout at the node", || {
+        node.arrived(&held.1).is_some()
+    })
+    .await;
+    let logged_out = Instant::now();
+    assert_eq!(api.logout(&next.0).await.status(), 204);
+    eventually("the next logout at the node", || {
+        node.arrived(&next.1).is_some()
+    })
+    .await;
+    let late = node.arrived(&next.1).unwrap() - logged_out;
+    assert!(
+        late < Duration::from_millis(500),
+        "the next logout reached the node {late:?} after it was made (the held one takes 1 s, \
+         then its Retry-After 1 s)"
+    );
+
+    eventually("nothing left to send", || {
+        running.api().pending_notifications() == 0
+    })
+    .await;
+    let calls = node.calls.lock().unwrap().clone();
+    let tries = |sid: &Value| calls.iter().filter(|(_, b)| b["session"] == *sid).count();
+    assert_eq!((tries(&held.1), tries(&next.1)), (2, 1), "{calls:?}");
+}
