@@ -11,12 +11,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use token_resolver_chaos::soak::Sample;
+use token_resolver_chaos::soak::{alive_tasks, Sample};
 
 use crate::world::World;
-
-/// The gauge of alive tokio tasks the products' admin listener exports.
-const TASKS_GAUGE: &str = "token_resolver_runtime_alive_tasks";
 
 /// The samples taken so far, and which life of each process they belong to.
 #[derive(Debug, Default)]
@@ -82,35 +79,12 @@ async fn scrape_tasks(http: &reqwest::Client, admin: SocketAddr) -> Option<u64> 
         .text()
         .await
         .ok()?;
-    gauge(&text, TASKS_GAUGE)
-}
-
-/// The value of an unlabelled gauge `name` in a Prometheus text exposition.
-fn gauge(text: &str, name: &str) -> Option<u64> {
-    text.lines().find_map(|line| {
-        let value = line.strip_prefix(name)?.strip_prefix(' ')?;
-        let value: f64 = value.trim().parse().ok()?;
-        // A count of tasks: whole and far below 2^53.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        Some(value.max(0.0) as u64)
-    })
+    alive_tasks(&text)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_tasks_gauge_is_read_from_its_own_line_only() {
-        let text = "# TYPE token_resolver_runtime_alive_tasks gauge\n\
-                    token_resolver_runtime_alive_tasks_other 9\n\
-                    token_resolver_runtime_alive_tasks 42\n";
-        assert_eq!(gauge(text, TASKS_GAUGE), Some(42));
-        assert_eq!(
-            gauge("token_resolver_runtime_alive_tasks_other 9\n", TASKS_GAUGE),
-            None
-        );
-    }
 
     #[test]
     fn a_restarted_process_starts_a_new_series() {

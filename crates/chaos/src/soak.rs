@@ -95,6 +95,26 @@ pub fn parse_status(status: &str) -> Option<(u64, u64)> {
     Some((rss?, threads?))
 }
 
+/// The gauge of alive tokio tasks the products' admin listener exports.
+pub const TASKS_GAUGE: &str = "token_resolver_runtime_alive_tasks";
+
+/// The alive tokio tasks a product's `/metrics` text says ([`TASKS_GAUGE`]); `None` when the
+/// text has no such line.
+#[must_use]
+pub fn alive_tasks(metrics: &str) -> Option<u64> {
+    metrics.lines().find_map(|line| {
+        let value: f64 = line
+            .strip_prefix(TASKS_GAUGE)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()?;
+        // A count of tasks: whole, far below 2^53.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Some(value.max(0.0) as u64)
+    })
+}
+
 /// Writes `samples` as JSON lines, one sample per line.
 ///
 /// # Errors

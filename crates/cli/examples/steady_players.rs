@@ -231,10 +231,7 @@ async fn alive_tasks(http: &reqwest::Client, admin: SocketAddr) -> Option<u64> {
         .text()
         .await
         .ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("token_resolver_runtime_alive_tasks "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64)
+    token_resolver_chaos::soak::alive_tasks(&text)
 }
 
 /// What the players did, counted.

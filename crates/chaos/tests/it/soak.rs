@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use token_resolver_chaos::soak::parse_status;
+use token_resolver_chaos::soak::{alive_tasks, parse_status};
 use token_resolver_chaos::{
     check_soak, read_samples, write_samples, Resource, Sample, SoakBounds, Verdict,
 };
@@ -263,4 +263,16 @@ fn a_sample_is_read_from_proc() {
     assert!(after.fds >= before.fds + 8, "{before:?} {after:?}");
     drop(held);
     assert!(Sample::read(u32::MAX - 1, "none", 0.0, None).is_err());
+}
+
+#[test]
+fn the_tasks_gauge_is_read_from_its_own_line_only() {
+    let text = "# TYPE token_resolver_runtime_alive_tasks gauge\n\
+                token_resolver_runtime_alive_tasks_other 9\n\
+                token_resolver_runtime_alive_tasks 42\n";
+    assert_eq!(alive_tasks(text), Some(42));
+    assert_eq!(
+        alive_tasks("token_resolver_runtime_alive_tasks_other 9\n"),
+        None
+    );
 }
