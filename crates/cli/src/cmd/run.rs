@@ -9,7 +9,9 @@
 //! a signal sent to the wrapper's group reaches it once, as the wrapper forwards it; at a
 //! terminal it stays in the wrapper's group (it may read the terminal, Ctrl-Z stops both), and
 //! a SIGINT that came while the wrapper is the terminal's foreground is not forwarded: the
-//! terminal sent it to the game server too. A signal during the drain cuts the drain short.
+//! terminal sent it to the game server too. A signal during the drain cuts the drain short,
+//! except, at a terminal, the Ctrl-C that ended the game server when it reaches the wrapper
+//! only after the game server's exit.
 //! No parent-death signal is set: on a host, systemd's or the container runtime's cgroup kill
 //! ends a game server whose wrapper died (see docs/cli.md).
 
@@ -128,8 +130,14 @@ pub(crate) async fn run(mut args: RunArgs) -> ExitCode {
         "sidecar ready after {} ms",
         began.elapsed().as_millis()
     );
-    let status = game_server(&args.command, &url, &mut signals).await;
-    drain(running, args.sidecar.drain_secs, &mut signals).await;
+    let (status, terminal_sigint_due) = game_server(&args.command, &url, &mut signals).await;
+    drain_after_game(
+        running,
+        args.sidecar.drain_secs,
+        &mut signals,
+        terminal_sigint_due,
+    )
+    .await;
     match status {
         Ok(status) => exit_code(status),
         Err(exit) => exit,
@@ -137,12 +145,14 @@ pub(crate) async fn run(mut args: RunArgs) -> ExitCode {
 }
 
 /// Starts the game server and waits for it, forwarding every SIGTERM and SIGINT to it; its
-/// exit status, or the exit code of a game server that could not be started.
+/// exit status, or the exit code of a game server that could not be started; and whether a
+/// terminal's Ctrl-C may still reach the wrapper (at a terminal, none seen yet: the one that
+/// ended the game server can be delivered to the wrapper after the game server's exit).
 async fn game_server(
     command: &[OsString],
     url: &str,
     signals: &mut Signals,
-) -> Result<ExitStatus, ExitCode> {
+) -> (Result<ExitStatus, ExitCode>, bool) {
     let (program, rest) = command.split_first().expect("clap requires GAME_SERVER");
     let mut game = tokio::process::Command::new(program);
     game.args(rest).env(URL_VARIABLE, url);
@@ -168,27 +178,31 @@ async fn game_server(
             } else {
                 126
             };
-            return Err(ExitCode::from(exit));
+            return (Err(ExitCode::from(exit)), false);
         }
     };
     // Reaped only by the `wait` below, so the pid cannot be reused while signals are sent to it.
     let pid = child.id().and_then(|id| i32::try_from(id).ok());
     tracing::info!(pid, "game server started");
+    let mut terminal_sigint_seen = false;
     loop {
         tokio::select! {
             status = child.wait() => {
                 // A signal that came as the game server exited was meant for it (a terminal's
                 // Ctrl-C reaches both at once): only one after it may cut the drain short.
                 while let Some(signal) = signals.pending().await {
+                    terminal_sigint_seen |= signal == Signal::SIGINT;
                     tracing::info!(pid, %signal, "came as the game server exited: not forwarded");
                 }
-                return status.map_err(|e| {
+                let status = status.map_err(|e| {
                     eprintln!("error: cannot wait for the game server: {e}");
                     ExitCode::FAILURE
                 });
+                return (status, shares_terminal && !terminal_sigint_seen);
             }
             signal = signals.recv() => {
                 if shares_terminal && signal == Signal::SIGINT && terminal_foreground() {
+                    terminal_sigint_seen = true;
                     tracing::info!(
                         pid,
                         %signal,
@@ -211,6 +225,40 @@ async fn game_server(
 /// then most likely came from that terminal (Ctrl-C), which sends it to the whole group.
 fn terminal_foreground() -> bool {
     tcgetpgrp(std::io::stdin()).is_ok_and(|foreground| foreground == getpgrp())
+}
+
+/// [`drain`] once the game server has ended. With `terminal_sigint_due` (at a terminal, no
+/// Ctrl-C seen while it ran), the first SIGINT while the wrapper is the terminal's foreground
+/// is the Ctrl-C that ended the game server, delivered to the wrapper after its exit: it does
+/// not cut the drain short (a second one does). Seen under load, where the game server's exit
+/// was noticed before the wrapper's own copy of the signal.
+async fn drain_after_game(
+    running: sidecar::Running,
+    drain_secs: u64,
+    signals: &mut Signals,
+    terminal_sigint_due: bool,
+) {
+    if !terminal_sigint_due {
+        return drain(running, drain_secs, signals).await;
+    }
+    let drained = sidecar::drain(running, drain_secs);
+    tokio::pin!(drained);
+    tokio::select! {
+        () = &mut drained => return,
+        signal = signals.recv() => {
+            if !(signal == Signal::SIGINT && terminal_foreground()) {
+                eprintln!("{signal} during the sidecar's drain: exiting without waiting for it");
+                return;
+            }
+            tracing::info!(%signal, "came as the game server exited: not forwarded");
+        }
+    }
+    tokio::select! {
+        () = drained => {}
+        signal = signals.recv() => {
+            eprintln!("{signal} during the sidecar's drain: exiting without waiting for it");
+        }
+    }
 }
 
 /// Drains the sidecar (`--drain-secs` at most), unless a signal comes meanwhile: the operator
