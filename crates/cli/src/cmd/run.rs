@@ -121,7 +121,7 @@ pub(crate) async fn run(mut args: RunArgs) -> ExitCode {
                 ExitCode::from(128 + signal as u8)
             }
         };
-        drain(running, args.sidecar.drain_secs, &mut signals).await;
+        drain(running, args.sidecar.drain_secs, &mut signals, false).await;
         return exit;
     }
     tracing::info!(
@@ -131,7 +131,7 @@ pub(crate) async fn run(mut args: RunArgs) -> ExitCode {
         began.elapsed().as_millis()
     );
     let (status, terminal_sigint_due) = game_server(&args.command, &url, &mut signals).await;
-    drain_after_game(
+    drain(
         running,
         args.sidecar.drain_secs,
         &mut signals,
@@ -227,47 +227,33 @@ fn terminal_foreground() -> bool {
     tcgetpgrp(std::io::stdin()).is_ok_and(|foreground| foreground == getpgrp())
 }
 
-/// [`drain`] once the game server has ended. With `terminal_sigint_due` (at a terminal, no
-/// Ctrl-C seen while it ran), the first SIGINT while the wrapper is the terminal's foreground
-/// is the Ctrl-C that ended the game server, delivered to the wrapper after its exit: it does
-/// not cut the drain short (a second one does). Seen under load, where the game server's exit
-/// was noticed before the wrapper's own copy of the signal.
-async fn drain_after_game(
+/// Drains the sidecar (`--drain-secs` at most), unless a signal comes meanwhile: the operator
+/// asked again, and the wrapper exits without waiting for the rest. With `terminal_sigint_due`
+/// (the game server has ended and, at a terminal, no Ctrl-C was seen while it ran), the first
+/// SIGINT while the wrapper is the terminal's foreground is the Ctrl-C that ended the game
+/// server, delivered to the wrapper after its exit: it does not cut the drain short (a second
+/// one does). Seen under load, where the game server's exit was noticed before the wrapper's
+/// own copy of the signal.
+async fn drain(
     running: sidecar::Running,
     drain_secs: u64,
     signals: &mut Signals,
-    terminal_sigint_due: bool,
+    mut terminal_sigint_due: bool,
 ) {
-    if !terminal_sigint_due {
-        return drain(running, drain_secs, signals).await;
-    }
     let drained = sidecar::drain(running, drain_secs);
     tokio::pin!(drained);
-    tokio::select! {
-        () = &mut drained => return,
-        signal = signals.recv() => {
-            if !(signal == Signal::SIGINT && terminal_foreground()) {
+    loop {
+        tokio::select! {
+            () = &mut drained => return,
+            signal = signals.recv() => {
+                if terminal_sigint_due && signal == Signal::SIGINT && terminal_foreground() {
+                    terminal_sigint_due = false;
+                    tracing::info!(%signal, "came as the game server exited: not forwarded");
+                    continue;
+                }
                 eprintln!("{signal} during the sidecar's drain: exiting without waiting for it");
                 return;
             }
-            tracing::info!(%signal, "came as the game server exited: not forwarded");
-        }
-    }
-    tokio::select! {
-        () = drained => {}
-        signal = signals.recv() => {
-            eprintln!("{signal} during the sidecar's drain: exiting without waiting for it");
-        }
-    }
-}
-
-/// Drains the sidecar (`--drain-secs` at most), unless a signal comes meanwhile: the operator
-/// asked again, and the wrapper exits without waiting for the rest.
-async fn drain(running: sidecar::Running, drain_secs: u64, signals: &mut Signals) {
-    tokio::select! {
-        () = sidecar::drain(running, drain_secs) => {}
-        signal = signals.recv() => {
-            eprintln!("{signal} during the sidecar's drain: exiting without waiting for it");
         }
     }
 }
