@@ -168,7 +168,12 @@ async fn play(checked: &Checked, world: Arc<World>) -> Status {
     let sampling = {
         let (world, sampler) = (world.clone(), sampler.clone());
         let every = Duration::from_secs(args.sample_every);
+        // Only a soak, or a run asked to keep its samples, has a use for them.
+        let wanted = args.soak || args.samples.is_some();
         tokio::spawn(async move {
+            if !wanted {
+                return;
+            }
             let mut tick = tokio::time::interval(every);
             loop {
                 tick.tick().await;
