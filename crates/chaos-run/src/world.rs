@@ -86,9 +86,10 @@ impl Child {
             if let Some(process) = self.process.as_mut() {
                 if let Ok(Some(status)) = process.try_wait() {
                     return Err(format!(
-                        "{} exited at start ({status}); its log: {}",
+                        "{} exited at start ({status}); its log: {}, ending:\n{}",
                         self.name,
-                        self.log.display()
+                        self.log.display(),
+                        self.log_tail()
                     ));
                 }
             }
@@ -99,13 +100,23 @@ impl Child {
             }
             if Instant::now() > deadline {
                 return Err(format!(
-                    "{} not ready within {limit:?}; its log: {}",
+                    "{} not ready within {limit:?}; its log: {}, ending:\n{}",
                     self.name,
-                    self.log.display()
+                    self.log.display(),
+                    self.log_tail()
                 ));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// The last lines of its log, for an error that says why it did not start (CI keeps no
+    /// work directory).
+    fn log_tail(&self) -> String {
+        const LINES: usize = 20;
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(LINES)..].join("\n")
     }
 
     /// SIGKILL, and waits for it to be gone.
@@ -199,7 +210,16 @@ impl World {
             fastrand::u64(..),
             fastrand::u64(..)
         );
-        let api_ports = [free_port(), free_port()];
+        // Every child's ports, chosen before any of them binds: distinct from each other (two
+        // choices may name the same free port), and below the ephemeral range (`free_port`).
+        let mut chosen = std::collections::HashSet::new();
+        let mut port = move || loop {
+            let port = free_port();
+            if chosen.insert(port) {
+                break port;
+            }
+        };
+        let api_ports = [port(), port()];
         let mut api_urls = HashMap::new();
         let mut proxies = HashMap::new();
         for (api, port) in [(Api::A, api_ports[0]), (Api::B, api_ports[1])] {
@@ -234,8 +254,8 @@ impl World {
         let mut game_addrs = Vec::new();
         let mut notify = Vec::new();
         for n in 0..nodes {
-            let game: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-            let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+            let game: SocketAddr = ([127, 0, 0, 1], port()).into();
+            let admin: SocketAddr = ([127, 0, 0, 1], port()).into();
             let mut args: Vec<String> = [
                 "game-server",
                 "--listen",
@@ -275,8 +295,8 @@ impl World {
                 process: None,
             });
         }
-        let side_listen: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-        let side_admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let side_listen: SocketAddr = ([127, 0, 0, 1], port()).into();
+        let side_admin: SocketAddr = ([127, 0, 0, 1], port()).into();
         notify.push(format!("http://{side_admin}"));
         let mut side_args: Vec<String> = [
             "sidecar",

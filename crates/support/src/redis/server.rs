@@ -3,6 +3,7 @@
 //! Without `redis-server` on the PATH the tests that need it are skipped with a note, unless
 //! `CI` is set: `.ci/run` installs it, and there a missing server is a failure.
 
+use std::hash::BuildHasher;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,13 +29,38 @@ pub fn installed(binary: &str) -> bool {
 /// Times [`RedisServer::start_with`] tries ports before it gives up.
 const PORT_ATTEMPTS: usize = 5;
 
-/// A loopback port nobody listens on now.
+/// Where [`free_port`] starts choosing: above the well-known ports and most services' own.
+const FIRST_CHOSEN_PORT: u16 = 10_000;
+
+/// A loopback port nobody listens on now, for a server started later on it.
+///
+/// Chosen at random below the kernel's ephemeral range (`ip_local_port_range`) where there is
+/// room: a port from that range can be taken between this choice and the server's bind by any
+/// outgoing connection on the machine (the chaos run's relays and products make hundreds), and
+/// the server then fails to start. Below it, only another explicit bind can take it. Falls
+/// back to a port the kernel picks where the range starts too low to leave room.
 pub fn free_port() -> u16 {
+    if let Some(end) = ephemeral_start().filter(|&start| start > FIRST_CHOSEN_PORT + 1_000) {
+        let random = std::hash::RandomState::new();
+        for attempt in 0u32..100 {
+            let spread = random.hash_one(attempt) % u64::from(end - FIRST_CHOSEN_PORT);
+            let port = FIRST_CHOSEN_PORT + u16::try_from(spread).unwrap_or(0);
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// The first port of the kernel's ephemeral range, where Linux says it.
+fn ephemeral_start() -> Option<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
 }
 
 /// Polls `condition` every 20 ms for up to `limit`; panics naming `what` past it.
@@ -271,4 +297,27 @@ impl Drop for RedisServer {
 /// Whether `key` is one of the shared tier's token entries.
 fn is_entry(key: &[u8]) -> bool {
     key.windows(5).any(|w| w == b":tok:")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chosen_port_is_below_the_ephemeral_range_and_free() {
+        let Some(start) = ephemeral_start() else {
+            eprintln!("skipped: no /proc/sys/net/ipv4/ip_local_port_range here");
+            return;
+        };
+        for _ in 0..50 {
+            let port = free_port();
+            if start > FIRST_CHOSEN_PORT + 1_000 {
+                assert!(
+                    (FIRST_CHOSEN_PORT..start).contains(&port),
+                    "{port} is not below the ephemeral range starting at {start}"
+                );
+            }
+            TcpListener::bind(("127.0.0.1", port)).expect("the chosen port is free");
+        }
+    }
 }
