@@ -136,6 +136,15 @@ impl Players {
         })
     }
 
+    /// The authUrl a call names, as the history keeps it: empty for the default.
+    fn room_auth_url(&self, api: Api) -> String {
+        if api == Api::A {
+            String::new()
+        } else {
+            self.auth_url(Api::B)
+        }
+    }
+
     fn auth_url(&self, api: Api) -> String {
         self.world.proxies[&api].url()
     }
@@ -303,15 +312,7 @@ impl Players {
             .json(&json!({"user_id": user}))
             .send()
             .await;
-        match answer {
-            Ok(a) => {
-                op.outcome = outcome_of(a.status().as_u16());
-                if op.outcome != Outcome::Ok {
-                    op.code = Some(a.status().as_u16().to_string());
-                }
-            }
-            Err(e) => op.code = Some(if e.is_timeout() { "timeout" } else { "error" }.to_owned()),
-        }
+        take_answer(&mut op, answer, false).await;
         self.rec.op(api_process(api), op);
         if ban {
             // The API ended the user's sessions; the tokens stay in hand for reuse.
@@ -595,32 +596,14 @@ impl Players {
         let mut op = Op::new(OpKind::Resolve, start, Outcome::Failed);
         op.token = Some(token.id.clone());
         op.session = session;
-        op.auth_url = Some(if api == Api::A {
-            String::new()
-        } else {
-            self.auth_url(Api::B)
-        });
+        op.auth_url = Some(self.room_auth_url(api));
         let answer = self
             .http
             .post(format!("{}/v1/resolve", self.world.sidecar_url))
             .json(body)
             .send()
             .await;
-        match answer {
-            Ok(a) => {
-                op.outcome = outcome_of(a.status().as_u16());
-                if op.outcome != Outcome::Ok {
-                    let status = a.status().as_u16();
-                    let body: Value = a.json().await.unwrap_or(Value::Null);
-                    op.code = Some(
-                        body["error"]
-                            .as_str()
-                            .map_or_else(|| status.to_string(), str::to_owned),
-                    );
-                }
-            }
-            Err(e) => op.code = Some(if e.is_timeout() { "timeout" } else { "error" }.to_owned()),
-        }
+        take_answer(&mut op, answer, true).await;
         let outcome = op.outcome;
         self.rec.op("sidecar", op);
         outcome
@@ -630,11 +613,7 @@ impl Players {
         let start = self.rec.now();
         let mut op = Op::new(OpKind::Authorize, start, Outcome::Failed);
         op.token = Some(token.id.clone());
-        op.auth_url = Some(if api == Api::A {
-            String::new()
-        } else {
-            self.auth_url(Api::B)
-        });
+        op.auth_url = Some(self.room_auth_url(api));
         let mut request = self
             .http
             .get(format!("{}/v1/authorize", self.world.sidecar_url))
@@ -642,15 +621,7 @@ impl Players {
         if api == Api::B {
             request = request.header("X-Auth-Url", self.auth_url(Api::B));
         }
-        match request.send().await {
-            Ok(a) => {
-                op.outcome = outcome_of(a.status().as_u16());
-                if op.outcome != Outcome::Ok {
-                    op.code = Some(a.status().as_u16().to_string());
-                }
-            }
-            Err(e) => op.code = Some(if e.is_timeout() { "timeout" } else { "error" }.to_owned()),
-        }
+        take_answer(&mut op, request.send().await, false).await;
         self.rec.op("sidecar", op);
     }
 
@@ -783,6 +754,31 @@ impl Players {
 }
 
 /// Sends one request and waits for its answer, read by the connection's reader.
+/// Sets `op`'s outcome from an HTTP answer, and its code when it is not a success: the body's
+/// `error` when `error_body` and the body names one, else the status; `timeout` or `error` for
+/// a call that got no answer.
+async fn take_answer(op: &mut Op, answer: reqwest::Result<reqwest::Response>, error_body: bool) {
+    match answer {
+        Ok(a) => {
+            let status = a.status().as_u16();
+            op.outcome = outcome_of(status);
+            if op.outcome != Outcome::Ok {
+                let body: Value = if error_body {
+                    a.json().await.unwrap_or(Value::Null)
+                } else {
+                    Value::Null
+                };
+                op.code = Some(
+                    body["error"]
+                        .as_str()
+                        .map_or_else(|| status.to_string(), str::to_owned),
+                );
+            }
+        }
+        Err(e) => op.code = Some(if e.is_timeout() { "timeout" } else { "error" }.to_owned()),
+    }
+}
+
 async fn ask(conn: &mut GameConn, request: &Request) -> Result<(u64, Value), String> {
     let mut line = serde_json::to_vec(request).map_err(|e| e.to_string())?;
     line.push(b'\n');
