@@ -1,5 +1,6 @@
 //! What every suite uses: a resolver fit for tests, a resolution expected to fail within a
-//! bound, waiting for a condition, and skipping (or, under CI, failing) without a program.
+//! bound, and waiting for a condition. Skipping (or, under CI, failing) without a program is
+//! `present`, crate `token-resolver-loopback`'s, re-exported at the crate root.
 
 use std::time::Duration;
 
@@ -78,17 +79,4 @@ where
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-}
-
-/// Whether a program a test needs (`what`, from the Debian packages `packages`) was `found`:
-/// without it the test is skipped with a note saying so, or fails under CI, which installs it.
-pub fn present(found: bool, what: &str, packages: &str) -> bool {
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{what} is not installed (apt-get install {packages})"
-        );
-        eprintln!("note: {what} is not installed; skipping a test that needs it");
-    }
-    found
 }

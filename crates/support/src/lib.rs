@@ -11,13 +11,17 @@
 //!   test scripts them, misbehave at the TCP level, serve any router, or speak TLS with a
 //!   certificate nobody trusts;
 //! - `capture`: every log line and metric, for the leak tests; `revoke_recorder`: a game
-//!   server's admin listener that records the revocations it is told; [`Relay`]: a TCP relay
-//!   that goes half-open, refuses or delays on the test's word; `hostile`: clients that do not
-//!   do their part; [`Nginx`]: a real nginx with a configuration of the test's; [`SseReader`]:
-//!   a reader of the sidecar's event stream;
+//!   server's admin listener that records the revocations it is told; `hostile`: clients that
+//!   do not do their part; [`Nginx`]: a real nginx with a configuration of the test's;
+//!   [`SseReader`]: a reader of the sidecar's event stream;
 //! - `files`: a test's own temporary directory ([`TempDir`]) and the programs it finds on the
 //!   PATH ([`program`]);
 //! - [`redis`]: `redis-server` on a free port: plain, TLS, Sentinel, Cluster;
+//! - [`Relay`] (a TCP relay that goes half-open, refuses or delays on the test's word),
+//!   [`present`] (skip with a note, or fail under CI, without a program), and the plain
+//!   [`RedisServer`](redis::RedisServer) with [`free_port`](redis::free_port) are crate
+//!   `token-resolver-loopback`'s, which the chaos run shares, re-exported here at their old
+//!   paths; the TLS, Sentinel and Cluster launchers build on them here;
 //! - [`bench`](mod@bench) and [`baselines`]: runtimes, token sets and the hand-written caches and calls the
 //!   benches and `token-resolver load` measure against; [`closed_loop`]: the load client of the
 //!   benches that set a server beside its peer;
@@ -52,8 +56,6 @@ mod raw;
 pub mod redis;
 #[cfg(feature = "reference-api")]
 mod reference_api;
-#[cfg(feature = "servers")]
-mod relay;
 #[cfg(feature = "servers")]
 mod revoke_recorder;
 #[cfg(feature = "servers")]
@@ -97,8 +99,6 @@ pub use raw::*;
 #[cfg(feature = "reference-api")]
 pub use reference_api::*;
 #[cfg(feature = "servers")]
-pub use relay::Relay;
-#[cfg(feature = "servers")]
 pub use revoke_recorder::*;
 #[cfg(feature = "servers")]
 pub use scripted::*;
@@ -108,5 +108,7 @@ pub use silent_tcp::*;
 pub use tls_api::*;
 #[cfg(feature = "servers")]
 pub use token_resolver_loadgen::{SseEvent, SseReader};
+#[cfg(feature = "servers")]
+pub use token_resolver_loopback::{present, Relay};
 #[cfg(feature = "servers")]
 pub use untrusted_tls::*;

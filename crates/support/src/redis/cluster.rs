@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::server::{free_port, installed, wait_for, RedisServer};
+use super::{free_port, installed, wait_for, RedisServer};
 
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,

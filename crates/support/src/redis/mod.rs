@@ -1,5 +1,6 @@
 //! Real `redis-server` processes on free loopback ports, stopped on drop: one server
-//! ([`RedisServer`]), one speaking TLS with a CA made at run time ([`RedisTls`]), a master with
+//! ([`RedisServer`], with [`free_port`], [`installed`] and [`wait_for`]: crate
+//! `token-resolver-loopback`'s, which the chaos run shares, re-exported here), one speaking TLS with a CA made at run time ([`RedisTls`]), a master with
 //! sentinels ([`SentinelGroup`]) and a cluster made with `redis-cli` ([`RedisCluster`]).
 //!
 //! Without `redis-server` on the PATH a test that needs one is skipped with a note, unless `CI`
@@ -7,10 +8,9 @@
 
 mod cluster;
 mod sentinel;
-mod server;
 mod tls;
 
 pub use cluster::RedisCluster;
 pub use sentinel::{SentinelGroup, MASTER};
-pub use server::{free_port, installed, wait_for, RedisServer};
 pub use tls::{certificates, RedisTls};
+pub use token_resolver_loopback::{free_port, installed, wait_for, RedisServer};

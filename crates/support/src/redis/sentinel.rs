@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::server::{free_port, wait_for, RedisServer};
+use super::{free_port, wait_for, RedisServer};
 
 /// The name the sentinels monitor the master under.
 pub const MASTER: &str = "tokens";

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use super::server::{free_port, RedisServer};
+use super::{free_port, RedisServer};
 
 pub struct RedisTls {
     /// The server, started with `--tls-port`; its plain port is for the test only.

@@ -1,17 +1,23 @@
-//! A real `redis-server` on a free loopback port for the shared-tier tests, stopped on drop.
+//! A real `redis-server` on a free loopback port, stopped on drop: the shared tier of the tests
+//! and of the chaos run's nodes. It owns starting one (retrying on other ports when its port was
+//! taken), killing it and starting it again on the same port, and the tests' own look at its
+//! data; TLS, Sentinel and Cluster are the test support's, built on this.
 //!
 //! Without `redis-server` on the PATH the tests that need it are skipped with a note, unless
 //! `CI` is set: `.ci/run` installs it, and there a missing server is a failure.
 
-use std::hash::BuildHasher;
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::free_port;
+
+/// One `redis-server` process on `127.0.0.1`, killed when dropped.
 pub struct RedisServer {
+    /// Where it listens, kept across restarts.
     port: u16,
     /// Further redis-server arguments (TLS, cluster, replication), kept for restarts.
     extra: Vec<String>,
+    /// The process while it runs; `None` once stopped.
     child: Option<Child>,
 }
 
@@ -28,40 +34,6 @@ pub fn installed(binary: &str) -> bool {
 
 /// Times [`RedisServer::start_with`] tries ports before it gives up.
 const PORT_ATTEMPTS: usize = 5;
-
-/// Where [`free_port`] starts choosing: above the well-known ports and most services' own.
-const FIRST_CHOSEN_PORT: u16 = 10_000;
-
-/// A loopback port nobody listens on now, for a server started later on it.
-///
-/// Chosen at random below the kernel's ephemeral range (`ip_local_port_range`) where there is
-/// room: a port from that range can be taken between this choice and the server's bind by any
-/// outgoing connection on the machine (the chaos run's relays and products make hundreds), and
-/// the server then fails to start. Below it, only another explicit bind can take it. Falls
-/// back to a port the kernel picks where the range starts too low to leave room.
-pub fn free_port() -> u16 {
-    if let Some(end) = ephemeral_start().filter(|&start| start > FIRST_CHOSEN_PORT + 1_000) {
-        let random = std::hash::RandomState::new();
-        for attempt in 0u32..100 {
-            let spread = random.hash_one(attempt) % u64::from(end - FIRST_CHOSEN_PORT);
-            let port = FIRST_CHOSEN_PORT + u16::try_from(spread).unwrap_or(0);
-            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-                return port;
-            }
-        }
-    }
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The first port of the kernel's ephemeral range, where Linux says it.
-fn ephemeral_start() -> Option<u16> {
-    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
-    range.split_whitespace().next()?.parse().ok()
-}
 
 /// Polls `condition` every 20 ms for up to `limit`; panics naming `what` past it.
 pub fn wait_for(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
@@ -193,11 +165,17 @@ impl RedisServer {
         )
     }
 
+    /// `redis://127.0.0.1:<port>`, for a client of the plain port.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
     /// A plain connection as Redis's `default` user, for the test's own commands.
+    ///
+    /// # Errors
+    ///
+    /// Redis's error when the server does not accept a connection within 200 ms (stopped,
+    /// not started yet, or behind a fault).
     pub fn connection(&self) -> redis::RedisResult<redis::Connection> {
         redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_millis(200))
     }
@@ -261,6 +239,11 @@ impl RedisServer {
     }
 
     /// Runs `args` as one command as the `default` user.
+    ///
+    /// # Errors
+    ///
+    /// Redis's error when no connection is made (see [`connection`](Self::connection)) or the
+    /// server refuses the command.
     pub fn command(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
         let mut cmd = redis::cmd(args[0]);
         for arg in &args[1..] {
@@ -269,6 +252,7 @@ impl RedisServer {
         cmd.query(&mut self.connection()?)
     }
 
+    /// How many keys it holds (`DBSIZE`); 0 when it does not answer.
     pub fn key_count(&self) -> usize {
         self.connection()
             .and_then(|mut c| redis::cmd("DBSIZE").query::<usize>(&mut c))
@@ -297,27 +281,4 @@ impl Drop for RedisServer {
 /// Whether `key` is one of the shared tier's token entries.
 fn is_entry(key: &[u8]) -> bool {
     key.windows(5).any(|w| w == b":tok:")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_chosen_port_is_below_the_ephemeral_range_and_free() {
-        let Some(start) = ephemeral_start() else {
-            eprintln!("skipped: no /proc/sys/net/ipv4/ip_local_port_range here");
-            return;
-        };
-        for _ in 0..50 {
-            let port = free_port();
-            if start > FIRST_CHOSEN_PORT + 1_000 {
-                assert!(
-                    (FIRST_CHOSEN_PORT..start).contains(&port),
-                    "{port} is not below the ephemeral range starting at {start}"
-                );
-            }
-            TcpListener::bind(("127.0.0.1", port)).expect("the chosen port is free");
-        }
-    }
 }
