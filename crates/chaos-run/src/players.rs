@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use token_resolver_chaos::{Op, OpKind, Outcome, SessionEventKind, TokenId};
+use token_resolver_loadgen::SseReader;
 use token_resolver_player::protocol::{read_line, JoinMessage, Line, Request};
 use token_resolver_player::{IntegratorClient, RoomInfo, RoomJoinArgs};
-use token_resolver_support::SseReader;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;

@@ -11,8 +11,7 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use token_resolver_support::redis::{free_port, RedisServer};
-use token_resolver_support::Relay;
+use token_resolver_loopback::{free_port, RedisServer, Relay};
 
 use crate::proxy::Proxy;
 use crate::record::lock;

@@ -118,7 +118,7 @@ fn the_stale_hole_made_worse_is_found_within_a_minute_and_not_without_it() {
     // Pins down part 3 of issue 34: with the stale path re-opened (a revoked answer served
     // through an outage), the checker reports a late admission; the same plan against the same
     // binary without the switch reports no violation.
-    if !token_resolver_support::present(
+    if !token_resolver_loopback::present(
         Command::new("redis-server")
             .arg("--version")
             .output()
