@@ -1,7 +1,8 @@
 //! Real `redis-server` processes on free loopback ports, stopped on drop: one server
 //! ([`RedisServer`], with [`free_port`], [`installed`] and [`wait_for`]: crate
-//! `token-resolver-loopback`'s, which the chaos run shares, re-exported here), one speaking TLS with a CA made at run time ([`RedisTls`]), a master with
-//! sentinels ([`SentinelGroup`]) and a cluster made with `redis-cli` ([`RedisCluster`]).
+//! `token-resolver-loopback`'s, which the chaos run shares, re-exported here), one speaking TLS
+//! with a CA made at run time ([`RedisTls`]), a master with sentinels ([`SentinelGroup`]) and a
+//! cluster made with `redis-cli` ([`RedisCluster`]).
 //!
 //! Without `redis-server` on the PATH a test that needs one is skipped with a note, unless `CI`
 //! is set: `.ci/run` installs it, and there a missing server is a failure.
