@@ -69,6 +69,11 @@ pub struct Args {
     /// Write the resource samples (JSON lines) here.
     #[arg(long, value_name = "FILE")]
     pub samples: Option<PathBuf>,
+    /// Judge a samples file (`--samples` of an earlier soak) with the soak check, print its
+    /// report and exit (0 passed, 1 a leak or too few samples, 2 an unreadable file); runs
+    /// nothing.
+    #[arg(long, value_name = "FILE")]
+    pub judge: Option<PathBuf>,
 }
 
 /// The command line, checked.

@@ -15,6 +15,9 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if let Some(file) = &args.judge {
+        return ExitCode::from(token_resolver_chaos_run::run::judge(file));
+    }
     let checked = match args.check() {
         Ok(c) => c,
         Err(e) => {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use token_resolver_chaos::soak::{check_soak, write_samples, Sample, SoakBounds};
+use token_resolver_chaos::soak::{check_soak, read_samples, write_samples, Sample, SoakBounds};
 use token_resolver_chaos::{check, check_leaks, write_history, Bounds, Collected};
 
 use crate::args::{Args, Checked};
@@ -308,9 +308,39 @@ fn soak_verdict(args: &Args, samples: &[Sample]) -> Result<bool, Status> {
     if !args.soak {
         return Ok(true);
     }
-    let report = check_soak(samples, &SoakBounds::default());
+    let report = check_soak(samples, &soak_bounds());
     print!("{report}");
     Ok(report.passed())
+}
+
+/// The reference API's step of resident memory: the Argon2 block each login hashes in
+/// (argon2's default memory cost, 19 MiB), rounded up to whole 2 MiB huge pages.
+const API_RSS_STEP: f64 = 20.0 * 1024.0 * 1024.0;
+
+/// The soak check's bounds for this world: the defaults, with the reference APIs' own step.
+fn soak_bounds() -> SoakBounds {
+    let mut bounds = SoakBounds::default();
+    for api in ["api", "api-b"] {
+        bounds.rss_steps.insert(api.to_owned(), API_RSS_STEP);
+    }
+    bounds
+}
+
+/// `--judge FILE`: the soak check of an earlier run's samples, printed; the exit status.
+#[must_use]
+pub fn judge(file: &std::path::Path) -> Status {
+    let samples = std::fs::File::open(file).and_then(|f| read_samples(std::io::BufReader::new(f)));
+    match samples {
+        Ok(samples) => {
+            let report = check_soak(&samples, &soak_bounds());
+            print!("{report}");
+            u8::from(!report.passed())
+        }
+        Err(e) => {
+            eprintln!("error: reading the samples in {}: {e}", file.display());
+            2
+        }
+    }
 }
 
 /// The flags besides `--seconds` and `--seed` that shape the plan, as given.

@@ -33,6 +33,7 @@
 //! [`SoakBounds::min_span`]) gets no verdict ([`Verdict::TooFew`]), which [`SoakReport::passed`]
 //! counts as not passed: a check that could not fail has not passed.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{self, BufRead, Write};
 use std::path::Path;
@@ -279,6 +280,11 @@ pub struct SoakBounds {
     /// page, which the allocator's arenas ask for. One such step over the judged window is
     /// tolerated (as the slope it reads as, 1.5 steps per window). Default 2 MiB.
     pub rss_step_bytes: f64,
+    /// Processes whose resident memory steps by more than
+    /// [`rss_step_bytes`](Self::rss_step_bytes) at once, by name, with their step: the reference
+    /// API hashes each password in a 19 MiB Argon2 block, which the allocator keeps for minutes
+    /// while logins come and gives back in a lull. Default: none.
+    pub rss_steps: BTreeMap<String, f64>,
     /// Descriptors' tolerated slope an hour. Default 300.
     pub fds_per_hour: f64,
     /// Threads' tolerated slope an hour. Default 4.
@@ -296,6 +302,7 @@ impl Default for SoakBounds {
             rss_bytes_per_hour: 2.0 * MIB,
             rss_fraction_per_hour: 0.05,
             rss_step_bytes: 2.0 * MIB,
+            rss_steps: BTreeMap::new(),
             fds_per_hour: 300.0,
             threads_per_hour: 4.0,
             tasks_per_hour: 300.0,
@@ -304,15 +311,25 @@ impl Default for SoakBounds {
 }
 
 impl SoakBounds {
-    /// The slope tolerated for `resource`, an hour, given its mean after the warm-up and the
-    /// `window` its samples after the warm-up span.
+    /// The step `process`'s resident memory may take and keep: its own in
+    /// [`rss_steps`](Self::rss_steps), else [`rss_step_bytes`](Self::rss_step_bytes).
     #[must_use]
-    pub fn tolerance(&self, resource: Resource, mean: f64, window: Duration) -> f64 {
+    pub fn rss_step(&self, process: &str) -> f64 {
+        self.rss_steps
+            .get(process)
+            .copied()
+            .unwrap_or(self.rss_step_bytes)
+    }
+
+    /// The slope tolerated for `process`'s `resource`, an hour, given its mean after the
+    /// warm-up and the `window` its samples after the warm-up span.
+    #[must_use]
+    pub fn tolerance(&self, process: &str, resource: Resource, mean: f64, window: Duration) -> f64 {
         match resource {
             Resource::Rss => {
                 let hours = window.as_secs_f64() / HOUR_S;
                 let one_step = if hours > 0.0 {
-                    1.5 * self.rss_step_bytes / hours
+                    1.5 * self.rss_step(process) / hours
                 } else {
                     0.0
                 };
@@ -453,7 +470,7 @@ pub fn check_soak(samples: &[Sample], bounds: &SoakBounds) -> SoakReport {
                 .iter()
                 .filter_map(|s| Some((s.t_s, resource.of(s)?)))
                 .collect();
-            let trend = trend(resource, &points, bounds);
+            let trend = trend(name, resource, &points, bounds);
             match trend.verdict {
                 Verdict::Leak => violation_count += 1,
                 Verdict::TooFew => inconclusive += 1,
@@ -478,7 +495,7 @@ pub fn check_soak(samples: &[Sample], bounds: &SoakBounds) -> SoakReport {
 }
 
 /// One resource's trend over its `(t_s, value)` points after the warm-up.
-fn trend(resource: Resource, points: &[(f64, f64)], bounds: &SoakBounds) -> Trend {
+fn trend(process: &str, resource: Resource, points: &[(f64, f64)], bounds: &SoakBounds) -> Trend {
     #[allow(clippy::cast_precision_loss)] // a few thousand samples
     let n = points.len() as f64;
     let values = points.iter().map(|p| p.1);
@@ -489,8 +506,12 @@ fn trend(resource: Resource, points: &[(f64, f64)], bounds: &SoakBounds) -> Tren
         (Some(a), Some(b)) => b.0 - a.0,
         _ => 0.0,
     };
-    let tolerance_per_hour =
-        bounds.tolerance(resource, mean, Duration::from_secs_f64(span.max(0.0)));
+    let tolerance_per_hour = bounds.tolerance(
+        process,
+        resource,
+        mean,
+        Duration::from_secs_f64(span.max(0.0)),
+    );
     let slope_per_hour = (points.len() >= bounds.min_samples.max(2)
         && span >= bounds.min_span.as_secs_f64())
     .then(|| least_squares_slope(points) * HOUR_S);

@@ -308,3 +308,30 @@ fn the_tasks_gauge_is_read_from_its_own_line_only() {
         None
     );
 }
+
+/// The reference API hashes each password in a 19 MiB Argon2 block that the allocator keeps
+/// while logins come and gives back in a lull: its memory sits at 45 or at 65 MiB for minutes
+/// at a time, which a least-squares line reads as a slope of many MiB an hour. Judged with its
+/// own step (`rss_steps`) it passes; with the default 2 MiB step it fails.
+#[test]
+fn a_process_with_its_own_step_is_judged_against_it() {
+    // Held for 7 minutes at a time, more often late in the hour than early.
+    let held = |t: f64| {
+        let minute = (t / 60.0).floor();
+        if (minute > 30.0 && minute % 10.0 < 7.0) || (minute <= 30.0 && minute % 10.0 < 2.0) {
+            65.0
+        } else {
+            45.0
+        }
+    };
+    let samples = series("api", 60, held);
+    let plain = check_soak(&samples, &SoakBounds::default());
+    let rss = plain.trend("api", Resource::Rss).expect("measured");
+    assert_eq!(rss.verdict, Verdict::Leak, "{plain}");
+    let mut bounds = SoakBounds::default();
+    bounds.rss_steps.insert("api".to_owned(), 20.0 * MIB);
+    assert_eq!(bounds.rss_step("api"), 20.0 * MIB);
+    assert_eq!(bounds.rss_step("sidecar"), 2.0 * MIB);
+    let own = check_soak(&samples, &bounds);
+    assert!(own.passed(), "{own}");
+}
