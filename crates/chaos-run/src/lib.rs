@@ -16,7 +16,9 @@
 //! | `world` | the processes, Redis, the relays and the integrator proxies: start, kill, restart, stop |
 //! | `proxy` | the integrator as the products see it: a proxy the run makes slow, failing or silent |
 //! | `record` | the run's clock, the history being written, and the real tokens kept for the leak check |
-//! | `players` | the players' operations and what their sessions are told |
+//! | `players` | the players: their state, the dispatch of the schedule's actions, the integrator calls |
+//! | `players::game` | a player's game connection: connect, join, refresh, leave, what the node pushes |
+//! | `players::sidecar` | resolve and authorize at the sidecar, and following its events |
 //! | `faults` | making and healing each fault |
 //! | `sampler` | the products' resident memory, descriptors, threads and tasks over the run, for the soak |
 //! | [`run`](mod@run) | the whole run: world, schedule, collection, the report and the exit status |
