@@ -21,9 +21,10 @@
 //! # A step is not a trend
 //!
 //! Resident memory does not move byte by byte. The products' allocator (mimalloc) asks the
-//! kernel for transparent huge pages for its arenas, so resident memory grows in 2 MiB steps,
-//! and after a burst (a fault that holds a few hundred calls in flight) it keeps the pages of
-//! that high-water mark. One such step, with the series flat before and after it, reads as a
+//! kernel for transparent huge pages for its arenas, so resident memory grows in 2 MiB steps:
+//! when a burst touches a new range, and when the kernel's khugepaged, on its round through the
+//! processes, collapses a sparsely used range into a huge page made resident whole (once an
+//! hour per process in the chaos run's world; docs/chaos-soak.md). One such step, with the series flat before and after it, reads as a
 //! least-squares slope of up to 1.5 steps per judged window: 3.6 MiB an hour for 2 MiB over
 //! the 50 minutes an hour's soak judges. An hour cannot tell that from a leak so slow that it
 //! adds one step in the hour, so the memory tolerance is never below what one kept step reads as
@@ -254,7 +255,7 @@ const HOUR_S: f64 = 3600.0;
 ///   an hour over the 50 minutes of an hour's soak, 1.1 MiB an hour (below the floor, which
 ///   then governs) over a three-hour one (the module's "A step is not a trend"). The hour-long
 ///   soak of docs/chaos-soak.md found exactly such a step in the sidecar: flat within
-///   31.7-32.5 MiB for 34 minutes, 3.7 MiB more during integrator timeouts, 1.9 MiB of it kept
+///   31.7-32.5 MiB for 34 minutes, 3.7 MiB more at 2,650 s (khugepaged), 1.9 MiB of it kept
 ///   and flat after, its tasks flat throughout: a least-squares slope of +2.65 MiB an hour;
 /// - descriptors: 300 an hour; tasks: 300 an hour (five a minute); threads: 4 an hour. A leak
 ///   of one per player, per ban or per stream is thousands an hour (one ban in 97 players at
@@ -276,8 +277,8 @@ pub struct SoakBounds {
     /// Resident memory's tolerated slope as a fraction of the mean after the warm-up, an hour,
     /// when that is more than [`rss_bytes_per_hour`](Self::rss_bytes_per_hour). Default 0.05.
     pub rss_fraction_per_hour: f64,
-    /// The step in which resident memory grows and is kept after a burst: a transparent huge
-    /// page, which the allocator's arenas ask for. One such step over the judged window is
+    /// The step in which resident memory grows and is kept: a transparent huge page, which
+    /// the allocator's arenas ask for and khugepaged makes. One such step over the judged window is
     /// tolerated (as the slope it reads as, 1.5 steps per window). Default 2 MiB.
     pub rss_step_bytes: f64,
     /// Processes whose resident memory steps by more than
