@@ -511,7 +511,8 @@ fn trend(process: &str, resource: Resource, points: &[(f64, f64)], bounds: &Soak
         process,
         resource,
         mean,
-        Duration::from_secs_f64(span.max(0.0)),
+        // A file's times may be anything: a span no `Duration` holds is as long as one can be.
+        Duration::try_from_secs_f64(span.max(0.0)).unwrap_or(Duration::MAX),
     );
     let slope_per_hour = (points.len() >= bounds.min_samples.max(2)
         && span >= bounds.min_span.as_secs_f64())

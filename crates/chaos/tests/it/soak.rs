@@ -335,3 +335,13 @@ fn a_process_with_its_own_step_is_judged_against_it() {
     let own = check_soak(&samples, &bounds);
     assert!(own.passed(), "{own}");
 }
+
+/// Samples read from a file may carry any time: a span no `Duration` holds (a `t_s` of 1e300)
+/// gets a verdict, not a panic.
+#[test]
+fn an_absurd_time_in_the_samples_is_judged_without_a_panic() {
+    let mut samples = series("node-1", 20, |_| 43.0);
+    samples.push(at("node-1", 1e300, 43.0));
+    let report = check_soak(&samples, &SoakBounds::default());
+    assert!(report.trend("node-1", Resource::Rss).is_some(), "{report}");
+}
