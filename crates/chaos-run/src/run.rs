@@ -308,9 +308,14 @@ fn soak_verdict(args: &Args, samples: &[Sample]) -> Result<bool, Status> {
     if !args.soak {
         return Ok(true);
     }
+    Ok(judged(samples))
+}
+
+/// The soak check of `samples` with this world's bounds, its report printed: whether it passed.
+fn judged(samples: &[Sample]) -> bool {
     let report = check_soak(samples, &soak_bounds());
     print!("{report}");
-    Ok(report.passed())
+    report.passed()
 }
 
 /// The reference API's step of resident memory: the Argon2 block each login hashes in
@@ -328,14 +333,10 @@ fn soak_bounds() -> SoakBounds {
 
 /// `--judge FILE`: the soak check of an earlier run's samples, printed; the exit status.
 #[must_use]
-pub fn judge(file: &std::path::Path) -> Status {
+pub fn judge(file: &Path) -> Status {
     let samples = std::fs::File::open(file).and_then(|f| read_samples(std::io::BufReader::new(f)));
     match samples {
-        Ok(samples) => {
-            let report = check_soak(&samples, &soak_bounds());
-            print!("{report}");
-            u8::from(!report.passed())
-        }
+        Ok(samples) => u8::from(!judged(&samples)),
         Err(e) => {
             eprintln!("error: reading the samples in {}: {e}", file.display());
             2

@@ -209,16 +209,9 @@ impl World {
             fastrand::u64(..),
             fastrand::u64(..)
         );
-        // Every child's ports, chosen before any of them binds: distinct from each other (two
-        // choices may name the same free port), and below the ephemeral range (`free_port`).
-        let mut chosen = std::collections::HashSet::new();
-        let mut port = move || loop {
-            let port = free_port();
-            if chosen.insert(port) {
-                break port;
-            }
-        };
-        let api_ports = [port(), port()];
+        // Every child's ports, chosen before any of them binds: `free_port` never hands out one
+        // twice, and chooses below the ephemeral range.
+        let api_ports = [free_port(), free_port()];
         let mut api_urls = HashMap::new();
         let mut proxies = HashMap::new();
         for (api, port) in [(Api::A, api_ports[0]), (Api::B, api_ports[1])] {
@@ -253,8 +246,8 @@ impl World {
         let mut game_addrs = Vec::new();
         let mut notify = Vec::new();
         for n in 0..nodes {
-            let game: SocketAddr = ([127, 0, 0, 1], port()).into();
-            let admin: SocketAddr = ([127, 0, 0, 1], port()).into();
+            let game: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+            let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
             let mut args: Vec<String> = [
                 "game-server",
                 "--listen",
@@ -294,8 +287,8 @@ impl World {
                 process: None,
             });
         }
-        let side_listen: SocketAddr = ([127, 0, 0, 1], port()).into();
-        let side_admin: SocketAddr = ([127, 0, 0, 1], port()).into();
+        let side_listen: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let side_admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         notify.push(format!("http://{side_admin}"));
         let mut side_args: Vec<String> = [
             "sidecar",
