@@ -14,7 +14,7 @@ use crate::args::{Args, Checked};
 use crate::faults::Faults;
 use crate::players::Players;
 use crate::record::{lock, Recorder};
-use crate::sampler::Sampler;
+use crate::sampler::{huge_pages_off, huge_pages_off_in, Sampler};
 use crate::schedule::{plan, Action, PlanConfig};
 use crate::world::World;
 
@@ -107,6 +107,16 @@ pub async fn run(checked: Checked) -> Status {
         args.nodes,
         dir.display()
     );
+    // Memory measured is memory touched: khugepaged's hourly collapse of each process's arena
+    // is not the process's doing (docs/chaos-soak.md).
+    let sampling = args.soak || args.samples.is_some();
+    if sampling {
+        if let Err(e) = huge_pages_off() {
+            eprintln!(
+                "warning: transparent huge pages stay on ({e}): a soak may see khugepaged's steps"
+            );
+        }
+    }
     let world = match World::start(&binary, &dir, args.players, args.nodes).await {
         Ok(w) => Arc::new(w),
         Err(e) => {
@@ -114,6 +124,10 @@ pub async fn run(checked: Checked) -> Status {
             return 2;
         }
     };
+    if sampling {
+        let (off, of) = huge_pages_off_in(&world).await;
+        println!("transparent huge pages: off in {off} of {of} processes");
+    }
     let status = tokio::select! {
         status = play(&checked, world.clone()) => status,
         _ = tokio::signal::ctrl_c() => {
@@ -319,7 +333,8 @@ fn judged(samples: &[Sample]) -> bool {
 }
 
 /// The reference API's step of resident memory: the Argon2 block each login hashes in
-/// (argon2's default memory cost, 19 MiB), rounded up to whole 2 MiB huge pages.
+/// (argon2's default memory cost, 19 MiB), which the allocator keeps while logins come and
+/// gives back when they pause, rounded up to 20 MiB.
 const API_RSS_STEP: f64 = 20.0 * 1024.0 * 1024.0;
 
 /// The soak check's bounds for this world: the defaults, with the reference APIs' own step.

@@ -6,6 +6,11 @@
 //!
 //! A process restarted (by a fault, outside a soak) starts a new series, named `node-1#2`:
 //! its memory starts over, and one line fitted across two lives would say nothing.
+//!
+//! It also keeps the kernel's transparent huge pages out of what it measures
+//! ([`huge_pages_off`]): with them on, khugepaged's round through the processes made each one's
+//! resident memory jump 3-5 MiB once an hour at a time set by the order they started, not by
+//! what they did (docs/chaos-soak.md).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -68,6 +73,34 @@ impl Sampler {
     }
 }
 
+/// Turns transparent huge pages off for this process and so for every child it starts from now
+/// on (`PR_SET_THP_DISABLE` is inherited across `fork` and kept across `exec`), so that a
+/// child's resident memory follows the pages it touches.
+///
+/// # Errors
+///
+/// The kernel refused (a kernel before 3.15); the run goes on with huge pages as they were.
+pub(crate) fn huge_pages_off() -> Result<(), String> {
+    nix::sys::prctl::set_thp_disable(true).map_err(|e| format!("PR_SET_THP_DISABLE: {e}"))
+}
+
+/// How many of the world's children run with transparent huge pages off, of how many:
+/// `THP_enabled: 0` in `/proc/<pid>/status`.
+pub(crate) async fn huge_pages_off_in(world: &World) -> (usize, usize) {
+    let pids = world.pids().await;
+    let off = pids
+        .iter()
+        .filter(|(_, pid, _)| {
+            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
+                status
+                    .lines()
+                    .any(|l| l.split_whitespace().eq(["THP_enabled:", "0"]))
+            })
+        })
+        .count();
+    (off, pids.len())
+}
+
 /// The alive tasks `admin`'s `/metrics` says, or `None` when it does not answer in time.
 async fn scrape_tasks(http: &reqwest::Client, admin: SocketAddr) -> Option<u64> {
     let text = http
@@ -85,6 +118,22 @@ async fn scrape_tasks(http: &reqwest::Client, admin: SocketAddr) -> Option<u64> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn huge_pages_off_is_inherited_by_a_child_across_exec() {
+        huge_pages_off().expect("the kernel takes PR_SET_THP_DISABLE");
+        let status = std::process::Command::new("cat")
+            .arg("/proc/self/status")
+            .output()
+            .expect("cat runs");
+        let status = String::from_utf8_lossy(&status.stdout);
+        assert!(
+            status
+                .lines()
+                .any(|l| l.split_whitespace().eq(["THP_enabled:", "0"])),
+            "{status}"
+        );
+    }
 
     #[test]
     fn a_restarted_process_starts_a_new_series() {
