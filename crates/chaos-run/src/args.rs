@@ -71,8 +71,8 @@ pub struct Args {
     pub samples: Option<PathBuf>,
     /// Judge a samples file (`--samples` of an earlier soak) with the soak check, print its
     /// report and exit (0 passed, 1 a leak or too few samples, 2 an unreadable file); runs
-    /// nothing.
-    #[arg(long, value_name = "FILE")]
+    /// nothing, so it takes no other option.
+    #[arg(long, value_name = "FILE", exclusive = true)]
     pub judge: Option<PathBuf>,
 }
 

@@ -43,6 +43,28 @@ fn a_bad_command_line_exits_2_before_anything_starts() {
         assert!(out.stdout.is_empty(), "{args:?}");
         assert!(!stderr.is_empty(), "{args:?} says why");
     }
+    // --judge runs nothing, so an option of a run beside it is refused, not ignored: with a
+    // readable samples file, a judge that went on would print its report and exit 1.
+    let samples = std::env::temp_dir().join(format!("chaos-judge-{}.jsonl", std::process::id()));
+    std::fs::write(
+        &samples,
+        "{\"t_s\":0.5,\"process\":\"api\",\"rss_bytes\":45047808,\"fds\":13,\"threads\":3}\n",
+    )
+    .unwrap();
+    let file = samples.to_str().unwrap();
+    let alone = chaos(&["--judge", file], &[]);
+    assert_eq!(alone.status.code(), Some(1), "too few samples to pass");
+    for args in [
+        &["--judge", file, "--seconds", "600"][..],
+        &["--soak", "--judge", file],
+    ] {
+        let out = chaos(args, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(stderr.contains("--judge"), "{args:?}: {stderr}");
+    }
+    let _ = std::fs::remove_file(&samples);
     let out = chaos(&["--help"], &[]);
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("--seed"));

@@ -19,7 +19,7 @@
 //! of this at its old paths. This crate must not depend on that one: the chaos run's binary takes
 //! this one as a normal dependency, and never the test support.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, missing_debug_implementations)]
 
 mod port;
 mod redis_server;

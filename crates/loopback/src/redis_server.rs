@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::free_port;
 
 /// One `redis-server` process on `127.0.0.1`, killed when dropped.
+#[derive(Debug)]
 pub struct RedisServer {
     /// Where it listens, kept across restarts.
     port: u16,

@@ -15,12 +15,49 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// The relay; stops (dropping every connection) when dropped.
+///
+/// # Example
+///
+/// ```
+/// use token_resolver_loopback::Relay;
+/// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// use tokio::net::{TcpListener, TcpStream};
+///
+/// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// rt.block_on(async {
+///     // The real server behind it echoes what it reads.
+///     let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
+///     let target = server.local_addr().unwrap();
+///     tokio::spawn(async move {
+///         while let Ok((mut conn, _)) = server.accept().await {
+///             tokio::spawn(async move {
+///                 let mut buf = [0; 4];
+///                 let n = conn.read(&mut buf).await.unwrap();
+///                 conn.write_all(&buf[..n]).await.unwrap();
+///             });
+///         }
+///     });
+///     let relay = Relay::start(target).await;
+///     let mut client = TcpStream::connect(relay.addr()).await.unwrap();
+///     client.write_all(b"ping").await.unwrap();
+///     let mut echo = [0; 4];
+///     client.read_exact(&mut echo).await.unwrap();
+///     assert_eq!(&echo, b"ping");
+///
+///     // A partition: a new connection is closed before it carries a byte.
+///     relay.refuse(true);
+///     let mut refused = TcpStream::connect(relay.addr()).await.unwrap();
+///     assert_eq!(refused.read(&mut [0; 1]).await.unwrap_or(0), 0);
+/// });
+/// ```
+#[derive(Debug)]
 pub struct Relay {
     addr: SocketAddr,
     state: Arc<State>,
     task: tokio::task::JoinHandle<()>,
 }
 
+#[derive(Debug)]
 struct State {
     target: SocketAddr,
     /// New connections are closed at once.
