@@ -24,8 +24,10 @@
 //! kernel for transparent huge pages for its arenas, so resident memory grows in 2 MiB steps:
 //! when a burst touches a new range, and when the kernel's khugepaged, on its round through the
 //! processes, collapses a sparsely used range into a huge page made resident whole (once an
-//! hour per process in the chaos run's world; docs/chaos-soak.md). One such step, with the series flat before and after it, reads as a
-//! least-squares slope of up to 1.5 steps per judged window: 3.6 MiB an hour for 2 MiB over
+//! hour per process in the chaos run's world; docs/chaos-soak.md). The chaos run turns huge
+//! pages off for the processes it judges, so that this check sees what they touch; the
+//! samples of another world may still have them. One such step, with the series flat before
+//! and after it, reads as a least-squares slope of up to 1.5 steps per judged window: 3.6 MiB an hour for 2 MiB over
 //! the 50 minutes an hour's soak judges. An hour cannot tell that from a leak so slow that it
 //! adds one step in the hour, so the memory tolerance is never below what one kept step reads as
 //! ([`SoakBounds::rss_step_bytes`]); a longer soak shrinks that term and resolves slower leaks.

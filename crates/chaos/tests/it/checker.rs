@@ -46,8 +46,8 @@ fn an_admission_begun_past_the_bound_after_a_ban_is_reported() {
 }
 
 /// An admission begun before the acknowledgement and answered after it raced the ban; one
-/// begun within the bound after it is allowed too, however late its answer. Neither is a violation, and the session
-/// the racing connect opened is kicked within the bound.
+/// begun within the bound after it is allowed too, however late its answer. Neither is a
+/// violation, and the session the racing connect opened is kicked within the bound.
 #[test]
 fn a_race_within_the_bound_passes() {
     let mut h = H::default();
