@@ -117,7 +117,7 @@ pub async fn run(checked: Checked) -> Status {
             );
         }
     }
-    let world = match World::start(&binary, &dir, args.players, args.nodes).await {
+    let world = match start_world(&binary, &dir, args.players, args.nodes).await {
         Ok(w) => Arc::new(w),
         Err(e) => {
             eprintln!("error: the world could not start: {e}");
@@ -140,6 +140,27 @@ pub async fn run(checked: Checked) -> Status {
         let _ = std::fs::remove_dir_all(&dir);
     }
     status
+}
+
+/// Starts the world, again on other ports (twice at most) when a child found its port taken:
+/// `free_port` checks a port by binding it and lets it go, and another program may bind it
+/// before the child does. The children of a world that did not start are killed when it drops.
+async fn start_world(
+    binary: &Path,
+    dir: &Path,
+    players: usize,
+    nodes: usize,
+) -> Result<World, String> {
+    let mut tries = 1;
+    loop {
+        match World::start(binary, dir, players, nodes).await {
+            Err(e) if tries < 3 && e.contains("Address already in use") => {
+                eprintln!("warning: a port was taken before its process bound it; starting again on other ports");
+                tries += 1;
+            }
+            started => return started,
+        }
+    }
 }
 
 async fn play(checked: &Checked, world: Arc<World>) -> Status {
