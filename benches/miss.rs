@@ -362,7 +362,37 @@ criterion_group! {
     targets = miss, coalesce
 }
 
+/// `MISS_ALONE=<contender>`: that contender alone, `MISS_N` misses (50,000) after 2,000 to warm
+/// up, and nothing else, for a profiler or `perf stat` to see one contender at a time
+/// (docs/performance.md, the miss). The contenders: `resolve`, `reqwest_naive`,
+/// `naive_insert`, `hyper_floor`.
+fn miss_alone(name: &str) {
+    let Some(contender) = Contender::ALL.into_iter().find(|c| {
+        c.name() == name || (name == "naive_insert" && *c == Contender::NaiveThenMokaInsert)
+    }) else {
+        eprintln!("MISS_ALONE={name}: not a contender (resolve, reqwest_naive, naive_insert, hyper_floor)");
+        std::process::exit(2);
+    };
+    let n: u64 = std::env::var("MISS_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50_000);
+    let rt = support::runtime();
+    let (_upstream, all) = Contenders::start();
+    let next = AtomicU64::new(0);
+    all.run(&rt, contender, fresh_tokens('w', &next, 2_000));
+    let took = all.run(&rt, contender, fresh_tokens('a', &next, n));
+    println!(
+        "{name}: {n} misses, {:.1} µs per miss",
+        took.as_secs_f64() * 1e6 / n as f64
+    );
+}
+
 fn main() {
+    if let Ok(name) = std::env::var("MISS_ALONE") {
+        miss_alone(&name);
+        return;
+    }
     benches();
     // Criterion's own `main`, plus the interleaved table; `--list` and `--test` (as from
     // `cargo test --benches`) ask for no measurement.
