@@ -56,6 +56,14 @@ impl Contender {
         Contender::HyperFloor,
     ];
 
+    /// Its name for `MISS_ALONE`: one word.
+    fn alone_name(self) -> &'static str {
+        match self {
+            Contender::NaiveThenMokaInsert => "naive_insert",
+            other => other.name(),
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Contender::Resolve => "resolve",
@@ -367,16 +375,19 @@ criterion_group! {
 /// (docs/performance.md, the miss). The contenders: `resolve`, `reqwest_naive`,
 /// `naive_insert`, `hyper_floor`.
 fn miss_alone(name: &str) {
-    let Some(contender) = Contender::ALL.into_iter().find(|c| {
-        c.name() == name || (name == "naive_insert" && *c == Contender::NaiveThenMokaInsert)
-    }) else {
-        eprintln!("MISS_ALONE={name}: not a contender (resolve, reqwest_naive, naive_insert, hyper_floor)");
+    let names = || Contender::ALL.map(Contender::alone_name).join(", ");
+    let Some(contender) = Contender::ALL.into_iter().find(|c| c.alone_name() == name) else {
+        eprintln!("MISS_ALONE={name}: not a contender ({})", names());
         std::process::exit(2);
     };
-    let n: u64 = std::env::var("MISS_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(50_000);
+    let n = match std::env::var("MISS_N").map(|v| v.parse::<u64>()) {
+        Err(_) => 50_000,
+        Ok(Ok(n)) if n > 0 => n,
+        Ok(_) => {
+            eprintln!("MISS_N: a number of misses above 0");
+            std::process::exit(2);
+        }
+    };
     let rt = support::runtime();
     let (_upstream, all) = Contenders::start();
     let next = AtomicU64::new(0);

@@ -14,7 +14,7 @@ use crate::args::{Args, Checked};
 use crate::faults::Faults;
 use crate::players::Players;
 use crate::record::{lock, Recorder};
-use crate::sampler::{huge_pages_off, huge_pages_off_in, Sampler};
+use crate::sampler::{huge_pages_off, huge_pages_report, Sampler};
 use crate::schedule::{plan, Action, PlanConfig};
 use crate::world::World;
 
@@ -125,8 +125,7 @@ pub async fn run(checked: Checked) -> Status {
         }
     };
     if sampling {
-        let (off, of) = huge_pages_off_in(&world).await;
-        println!("transparent huge pages: off in {off} of {of} processes");
+        println!("{}", huge_pages_report(&world).await);
     }
     let status = tokio::select! {
         status = play(&checked, world.clone()) => status,
@@ -156,9 +155,25 @@ async fn start_world(
         match World::start(binary, dir, players, nodes).await {
             Err(e) if tries < 3 && e.contains("Address already in use") => {
                 eprintln!("warning: a port was taken before its process bound it; starting again on other ports");
+                set_aside_logs(dir, tries);
                 tries += 1;
             }
             started => return started,
+        }
+    }
+}
+
+/// Renames the logs of a world that did not start (`node-1.log` to `node-1.log.try-1`), so that
+/// the next world's logs, which the start's errors quote and the leak check reads, are its own.
+fn set_aside_logs(dir: &Path, attempt: u32) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for path in entries.flatten().map(|e| e.path()) {
+        if path.extension().is_some_and(|x| x == "log") {
+            let mut kept = path.clone().into_os_string();
+            kept.push(format!(".try-{attempt}"));
+            let _ = std::fs::rename(&path, kept);
         }
     }
 }
@@ -454,4 +469,26 @@ async fn collect(world: &World) -> Vec<(String, String)> {
         }
     }
     texts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_world_that_did_not_start_leaves_its_logs_aside_and_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("chaos-set-aside-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("node-1.log"), "Address already in use").unwrap();
+        std::fs::write(dir.join("rooms.json"), "[]").unwrap();
+        set_aside_logs(&dir, 1);
+        assert!(
+            !dir.join("node-1.log").exists(),
+            "the next world's log starts empty"
+        );
+        let kept = std::fs::read_to_string(dir.join("node-1.log.try-1")).unwrap();
+        assert_eq!(kept, "Address already in use");
+        assert!(dir.join("rooms.json").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

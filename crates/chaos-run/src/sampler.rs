@@ -7,10 +7,11 @@
 //! A process restarted (by a fault, outside a soak) starts a new series, named `node-1#2`:
 //! its memory starts over, and one line fitted across two lives would say nothing.
 //!
-//! It also keeps the kernel's transparent huge pages out of what it measures
-//! ([`huge_pages_off`]): with them on, khugepaged's round through the processes made each one's
-//! resident memory jump 3-5 MiB once an hour at a time set by the order they started, not by
-//! what they did (docs/chaos-soak.md).
+//! It also owns keeping the kernel's transparent huge pages out of what it measures
+//! ([`huge_pages_off`], which the run calls before the world starts): with them on,
+//! khugepaged's round through the processes made each one's resident memory jump 3-5 MiB once
+//! an hour, at a time set by the order they started, not by what they did
+//! (docs/chaos-soak.md).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -84,21 +85,37 @@ pub(crate) fn huge_pages_off() -> Result<(), String> {
     nix::sys::prctl::set_thp_disable(true).map_err(|e| format!("PR_SET_THP_DISABLE: {e}"))
 }
 
-/// How many of the world's children run with transparent huge pages off, of how many:
-/// `THP_enabled: 0` in `/proc/<pid>/status`.
-pub(crate) async fn huge_pages_off_in(world: &World) -> (usize, usize) {
+/// Whether a `/proc/<pid>/status` says transparent huge pages are off for its process; `None`
+/// without a `THP_enabled` line (Linux before 5.0).
+fn thp_disabled(status: &str) -> Option<bool> {
+    let line = status.lines().find(|l| l.starts_with("THP_enabled:"))?;
+    Some(line.split_whitespace().nth(1) == Some("0"))
+}
+
+/// What the run prints of the world's children and huge pages: how many run with them off,
+/// from each one's `/proc/<pid>/status`.
+pub(crate) async fn huge_pages_report(world: &World) -> String {
     let pids = world.pids().await;
-    let off = pids
+    let said: Vec<Option<bool>> = pids
         .iter()
-        .filter(|(_, pid, _)| {
-            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
-                status
-                    .lines()
-                    .any(|l| l.split_whitespace().eq(["THP_enabled:", "0"]))
-            })
+        .map(|(_, pid, _)| {
+            std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .ok()
+                .and_then(|status| thp_disabled(&status))
         })
-        .count();
-    (off, pids.len())
+        .collect();
+    let off = said.iter().filter(|s| **s == Some(true)).count();
+    let unknown = said.iter().filter(|s| s.is_none()).count();
+    let mut report = format!(
+        "transparent huge pages: off in {off} of {} processes",
+        pids.len()
+    );
+    if unknown > 0 {
+        report.push_str(&format!(
+            " ({unknown} unknown: no THP_enabled in /proc/<pid>/status before Linux 5.0)"
+        ));
+    }
+    report
 }
 
 /// The alive tasks `admin`'s `/metrics` says, or `None` when it does not answer in time.
@@ -121,18 +138,25 @@ mod tests {
 
     #[test]
     fn huge_pages_off_is_inherited_by_a_child_across_exec() {
+        // It sets the flag for this whole test binary: no other test here starts a process
+        // or measures memory.
         huge_pages_off().expect("the kernel takes PR_SET_THP_DISABLE");
         let status = std::process::Command::new("cat")
             .arg("/proc/self/status")
             .output()
             .expect("cat runs");
         let status = String::from_utf8_lossy(&status.stdout);
-        assert!(
-            status
-                .lines()
-                .any(|l| l.split_whitespace().eq(["THP_enabled:", "0"])),
-            "{status}"
+        assert_eq!(thp_disabled(&status), Some(true), "{status}");
+    }
+
+    #[test]
+    fn a_status_says_whether_huge_pages_are_off() {
+        assert_eq!(
+            thp_disabled("Name:\tx\nTHP_enabled:\t0\nThreads:\t4\n"),
+            Some(true)
         );
+        assert_eq!(thp_disabled("Name:\tx\nTHP_enabled:\t1\n"), Some(false));
+        assert_eq!(thp_disabled("Name:\tx\nThreads:\t4\n"), None);
     }
 
     #[test]

@@ -20,17 +20,19 @@
 //!
 //! # A step is not a trend
 //!
-//! Resident memory does not move byte by byte. The products' allocator (mimalloc) asks the
-//! kernel for transparent huge pages for its arenas, so resident memory grows in 2 MiB steps:
-//! when a burst touches a new range, and when the kernel's khugepaged, on its round through the
-//! processes, collapses a sparsely used range into a huge page made resident whole (once an
-//! hour per process in the chaos run's world; docs/chaos-soak.md). The chaos run turns huge
-//! pages off for the processes it judges, so that this check sees what they touch; the
-//! samples of another world may still have them. One such step, with the series flat before
-//! and after it, reads as a least-squares slope of up to 1.5 steps per judged window: 3.6 MiB an hour for 2 MiB over
-//! the 50 minutes an hour's soak judges. An hour cannot tell that from a leak so slow that it
-//! adds one step in the hour, so the memory tolerance is never below what one kept step reads as
-//! ([`SoakBounds::rss_step_bytes`]); a longer soak shrinks that term and resolves slower leaks.
+//! Resident memory does not move byte by byte. Where transparent huge pages are on, the
+//! products' allocator (mimalloc) asks the kernel for them for its arenas, so resident memory
+//! grows in 2 MiB steps: when a burst touches a new range, and when the kernel's khugepaged,
+//! on its round through the processes, collapses a sparsely used range into a huge page made
+//! resident whole (once an hour per process in the chaos run's world before it turned them
+//! off; docs/chaos-soak.md). The chaos run now turns huge pages off for the processes it
+//! samples, so that this check sees what they touch; samples from elsewhere may still have
+//! them, and the allocator's own growth still comes in chunks. One such step, with the series
+//! flat before and after it, reads as a least-squares slope of up to 1.5 steps per judged
+//! window: 3.6 MiB an hour for 2 MiB over the 50 minutes an hour's soak judges. An hour cannot
+//! tell that from a leak so slow that it adds one step in the hour, so the memory tolerance is
+//! never below what one kept step reads as ([`SoakBounds::rss_step_bytes`]); a longer soak
+//! shrinks that term and resolves slower leaks.
 //!
 //! A series too short to tell ([`SoakBounds::min_samples`] after the warm-up, spanning at least
 //! [`SoakBounds::min_span`]) gets no verdict ([`Verdict::TooFew`]), which [`SoakReport::passed`]
@@ -279,9 +281,10 @@ pub struct SoakBounds {
     /// Resident memory's tolerated slope as a fraction of the mean after the warm-up, an hour,
     /// when that is more than [`rss_bytes_per_hour`](Self::rss_bytes_per_hour). Default 0.05.
     pub rss_fraction_per_hour: f64,
-    /// The step in which resident memory grows and is kept: a transparent huge page, which
-    /// the allocator's arenas ask for and khugepaged makes. One such step over the judged window is
-    /// tolerated (as the slope it reads as, 1.5 steps per window). Default 2 MiB.
+    /// The step in which resident memory grows and is kept: a transparent huge page where
+    /// they are on (the allocator's arenas ask for them, khugepaged makes them), a margin
+    /// where they are off. One such step over the judged window is tolerated (as the slope it
+    /// reads as, 1.5 steps per window). Default 2 MiB.
     pub rss_step_bytes: f64,
     /// Processes whose resident memory steps by more than
     /// [`rss_step_bytes`](Self::rss_step_bytes) at once, by name, with their step: the reference
