@@ -90,6 +90,13 @@ pub struct Checked {
 }
 
 impl Args {
+    /// Whether the run samples the products' resources: a soak judges them, and `--samples`
+    /// keeps them.
+    #[must_use]
+    pub fn samples_resources(&self) -> bool {
+        self.soak || self.samples.is_some()
+    }
+
     /// Checks what clap cannot, and settles the seed.
     ///
     /// # Errors

@@ -109,8 +109,7 @@ pub async fn run(checked: Checked) -> Status {
     );
     // Memory measured is memory touched: khugepaged's hourly collapse of each process's arena
     // is not the process's doing (docs/chaos-soak.md).
-    let sampling = args.soak || args.samples.is_some();
-    if sampling {
+    if args.samples_resources() {
         if let Err(e) = huge_pages_off() {
             eprintln!(
                 "warning: transparent huge pages stay on ({e}): a soak may see khugepaged's steps"
@@ -124,7 +123,7 @@ pub async fn run(checked: Checked) -> Status {
             return 2;
         }
     };
-    if sampling {
+    if args.samples_resources() {
         println!("{}", huge_pages_report(&world).await);
     }
     let status = tokio::select! {
@@ -218,8 +217,7 @@ async fn play(checked: &Checked, world: Arc<World>) -> Status {
     let sampling = {
         let (world, sampler) = (world.clone(), sampler.clone());
         let every = Duration::from_secs(args.sample_every);
-        // Only a soak, or a run asked to keep its samples, has a use for them.
-        let wanted = args.soak || args.samples.is_some();
+        let wanted = args.samples_resources();
         tokio::spawn(async move {
             if !wanted {
                 return;
