@@ -89,18 +89,27 @@ async fn token_appears_nowhere_on_the_fault_paths() {
     }
 }
 
-/// A resolver for `url` whose deadline the hanging faults reach quickly, caching no rejection.
-fn resolver(url: &str) -> Resolver {
+/// The deadline of the faults that hang (headers that never come, a trickled or endless body):
+/// short, so that they end quickly, and any of their outcomes is accepted.
+const HANGING: Duration = Duration::from_millis(400);
+
+/// The deadline of the faults that answer (a refused handshake, a bad body, a status): long
+/// enough that a loaded machine never turns the exact code they are checked for into
+/// `auth_timeout`; they end as soon as the answer comes.
+const ANSWERING: Duration = Duration::from_secs(10);
+
+/// A resolver for `url` with the given deadline, caching no rejection.
+fn resolver(url: &str, deadline: Duration) -> Resolver {
     resolver_for(url)
-        .request_timeout(Duration::from_millis(400))
+        .request_timeout(deadline)
         .negative_cache_ttl(Duration::ZERO)
         .build()
         .unwrap()
 }
 
-/// Resolves the token at `url`, which must fail.
-async fn fail(url: &str) -> ResolveError {
-    resolver(url)
+/// Resolves the token at `url` within `deadline`, which must fail.
+async fn fail(url: &str, deadline: Duration) -> ResolveError {
+    resolver(url, deadline)
         .resolve(url, TOKEN)
         .await
         .expect_err("the fault fails the resolution")
@@ -143,7 +152,7 @@ async fn transport_faults(errors: &mut Errors) {
         ),
     ];
     for (what, server) in &raw_cases {
-        let error = fail(&server.url()).await;
+        let error = fail(&server.url(), HANGING).await;
         assert!(
             error.is_retryable() || error.code() == ErrorCode::AuthBadResponse,
             "{what}: {error}"
@@ -160,7 +169,7 @@ async fn transport_faults(errors: &mut Errors) {
 async fn untrusted_tls(errors: &mut Errors) {
     let tls = UntrustedTls::start().await;
     for url in [tls.url(), tls.localhost_url()] {
-        let error = fail(&url).await;
+        let error = fail(&url, ANSWERING).await;
         assert_eq!(error.code(), ErrorCode::AuthUnavailable, "{error}");
         errors.push((format!("untrusted TLS at {url}"), error));
     }
@@ -180,7 +189,7 @@ async fn echoing_bodies_fail(errors: &mut Errors) {
                 .into_response()
         })
         .await;
-        let error = fail(&server.url()).await;
+        let error = fail(&server.url(), ANSWERING).await;
         assert_eq!(
             error.code(),
             ErrorCode::AuthBadResponse,
@@ -214,7 +223,7 @@ async fn echoing_statuses_fail(errors: &mut Errors) {
         .await;
         errors.push((
             format!("status {status} echoing"),
-            fail(&server.url()).await,
+            fail(&server.url(), ANSWERING).await,
         ));
     }
 }
@@ -223,7 +232,7 @@ async fn echoing_statuses_fail(errors: &mut Errors) {
 /// naming the token in its path and query.
 async fn connect_and_join_fail(errors: &mut Errors) {
     let failing = Scripted::always(503, &[], b"").await;
-    let r = resolver(&failing.url());
+    let r = resolver(&failing.url(), ANSWERING);
     let connect = ConnectRequest {
         access_token: Some(TOKEN.to_owned()),
     };
