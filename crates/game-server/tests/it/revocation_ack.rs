@@ -50,10 +50,19 @@ async fn api(alice: Arc<AtomicU8>) -> Scripted {
     .await
 }
 
-/// A node on `api`, reaching Redis at `redis` (directly, or through a relay), with its admin
-/// listener.
-async fn node(api: &str, redis: &str) -> (RunningGameServer, RunningAdmin) {
-    let tier = RedisTier::new(redis, REDIS_SECRET).op_timeout(Duration::from_millis(200));
+/// How long a node's Redis operation may take when its link is direct: its first one makes the
+/// connection, which a loaded machine must not turn into an outage (a healthy node's revoke
+/// would then answer 503, not 200).
+const DIRECT: Duration = Duration::from_secs(2);
+
+/// How long a node's Redis operation may take behind a relay the test freezes: short, so that
+/// the frozen link shows quickly.
+const BEHIND_A_RELAY: Duration = Duration::from_millis(200);
+
+/// A node on `api`, reaching Redis at `redis` (directly, or through a relay) with operations
+/// bounded by `op_timeout`, with its admin listener.
+async fn node(api: &str, redis: &str, op_timeout: Duration) -> (RunningGameServer, RunningAdmin) {
+    let tier = RedisTier::new(redis, REDIS_SECRET).op_timeout(op_timeout);
     let resolver = resolver_for(api)
         .shared_cache(tier)
         .retries(0)
@@ -128,8 +137,13 @@ async fn a_node_whose_link_is_frozen_answers_503_at_once_and_delivers_the_revoca
     };
     let relay = Relay::start(redis.addr()).await;
     let api = api(Arc::default()).await;
-    let (a, admin_a) = node(&api.url(), &redis.url()).await;
-    let (b, admin_b) = node(&api.url(), &format!("redis://{}", relay.addr())).await;
+    let (a, admin_a) = node(&api.url(), &redis.url(), DIRECT).await;
+    let (b, admin_b) = node(
+        &api.url(),
+        &format!("redis://{}", relay.addr()),
+        BEHIND_A_RELAY,
+    )
+    .await;
     let mut alice_on_a = in_the_first_room(&a, "alice").await;
     let mut alice_on_b = in_the_first_room(&b, "alice").await;
     let mut bob_on_a = in_the_first_room(&a, "bob").await;
@@ -180,7 +194,12 @@ async fn a_node_that_cannot_hear_revocations_admits_no_cached_user_and_asks_the_
     let relay = Relay::start(redis.addr()).await;
     let alice = Arc::new(AtomicU8::new(VALID));
     let api = api(alice.clone()).await;
-    let (b, _admin_b) = node(&api.url(), &format!("redis://{}", relay.addr())).await;
+    let (b, _admin_b) = node(
+        &api.url(),
+        &format!("redis://{}", relay.addr()),
+        BEHIND_A_RELAY,
+    )
+    .await;
     let resolver = b.resolver().clone();
     resolver.resolve(&api.url(), "alice").await.unwrap();
     resolver.resolve(&api.url(), "bob").await.unwrap();
@@ -238,8 +257,8 @@ async fn a_revocation_that_arrives_late_spares_sessions_resolved_long_after_it_w
         return;
     };
     let api = api(Arc::default()).await;
-    let (a, admin_a) = node(&api.url(), &redis.url()).await;
-    let (b, _admin_b) = node(&api.url(), &redis.url()).await;
+    let (a, admin_a) = node(&api.url(), &redis.url(), DIRECT).await;
+    let (b, _admin_b) = node(&api.url(), &redis.url(), DIRECT).await;
     let mut alice_on_a = in_the_first_room(&a, "alice").await;
     let mut alice_on_b = in_the_first_room(&b, "alice").await;
 

@@ -251,7 +251,9 @@ async fn logout_does_not_wait_for_a_slow_or_dead_game_server() {
     let started = Instant::now();
     assert_eq!(api.logout(&cookie).await.status(), 204);
     let took = started.elapsed();
-    assert!(took < Duration::from_millis(500), "logout took {took:?}");
+    // Half the slow game server's 5 s: a loaded machine's scheduling stays well under it, a
+    // logout that waited for it would not.
+    assert!(took < Duration::from_millis(2500), "logout took {took:?}");
     assert_eq!(
         api.user(&token).await.status(),
         401,
@@ -852,7 +854,8 @@ async fn a_logout_is_not_held_behind_one_a_game_server_holds_for_its_shared_tier
     .await;
     let late = node.arrived(&next.1).unwrap() - logged_out;
     assert!(
-        late < Duration::from_millis(500),
+        // Under the held one's 1 s, by what a loaded machine's scheduling may add.
+        late < Duration::from_millis(900),
         "the next logout reached the node {late:?} after it was made (the held one takes 1 s, \
          then its Retry-After 1 s)"
     );
