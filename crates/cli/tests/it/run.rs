@@ -397,6 +397,7 @@ async fn a_signal_during_the_drain_cuts_it_short_and_the_game_servers_status_is_
         .await
         .expect("the resolution reached the integrator")
         .unwrap();
+    let accepted = Instant::now();
 
     // The first SIGTERM is forwarded: the game server exits 5 and the drain begins.
     let pid = child.id().unwrap();
@@ -418,9 +419,14 @@ async fn a_signal_during_the_drain_cuts_it_short_and_the_game_servers_status_is_
         stderr.contains("SIGTERM during the sidecar's drain"),
         "{stderr}"
     );
+    // A drain left to run would end with the held resolution, 5 s after it began (before it
+    // was accepted); counted from there, what a loaded machine adds to the signals' handling
+    // does not eat the margin.
     assert!(
-        took < Duration::from_millis(2500),
-        "the wrapper exited {took:?} after the second SIGTERM, not at once: {stderr}"
+        accepted.elapsed() < Duration::from_millis(4500),
+        "the wrapper exited {took:?} after the second SIGTERM, {:?} after the resolution \
+         reached the integrator: the drain was not cut short: {stderr}",
+        accepted.elapsed()
     );
     in_flight.abort();
 }
