@@ -37,6 +37,12 @@
 //! holds. A key left behind costs memory and nothing else: a revocation that finds one drops
 //! nothing.
 //!
+//! An insert sweeps only while the index holds more keys than the store counts users, by more
+//! than a 64th of them plus 64 (moka's count is behind by the writes it has not applied yet).
+//! While the store holds every key indexed (below its bound, before its entries expire) a
+//! sweep would find nothing, and it would cost each miss two look-ups of cold keys in the
+//! store: a few percent of the miss. Past the margin, the sweep runs as above.
+//!
 //! Every key the store holds as a user is in the index: [`Local::store`] indexes what it stores
 //! right after storing it (and checks the revocation log again once it has); the sweep forgets
 //! a key only when the store holds nothing equal to it, and both it and a revocation forget a
@@ -58,6 +64,13 @@ const SWEEP: usize = 2;
 /// Slots each insert's sweep looks at, at most, free ones included: a pass over slots mostly
 /// freed (after the store emptied) still ends in fewer inserts than there are slots.
 const SWEEP_SLOTS: usize = 8;
+
+/// How many more keys than the store counts the index may hold before an insert sweeps: moka's
+/// count is behind by the writes it has not applied yet, and a sweep of keys all held would
+/// only cost its probes.
+fn lag(users_held: u64) -> u64 {
+    users_held / 64 + 64
+}
 
 /// Slots below which the index is never compacted: a small index costs little however sparse.
 const COMPACT_MIN_SLOTS: usize = 1024;
@@ -237,14 +250,16 @@ impl Index {
     }
 
     /// Indexes `key`, just stored for `user`, and by `token` (its fingerprint) when tokens are,
-    /// in place of an equal key the user has indexed already; then sweeps, forgetting the keys
-    /// `held` says the store no longer holds. `held` runs under the index's lock: it must not
-    /// take it.
+    /// in place of an equal key the user has indexed already; then, when the index holds more
+    /// keys than `users_held` (the store's count) by more than that count's lag, sweeps,
+    /// forgetting the keys `held` says the store no longer holds. `held` runs under the index's
+    /// lock: it must not take it.
     pub(crate) fn insert(
         &self,
         key: &CacheKey,
         user: i64,
         token: u64,
+        users_held: u64,
         held: impl Fn(&CacheKey) -> bool,
     ) {
         let by_user = self.user_hash(key.endpoint().key_hash(), user);
@@ -267,7 +282,9 @@ impl Index {
                 }
             }
         }
-        tables.sweep(hasher, held);
+        if tables.keys.len as u64 > users_held.saturating_add(lag(users_held)) {
+            tables.sweep(hasher, held);
+        }
         tables.compact_if_sparse(hasher);
     }
 
@@ -595,10 +612,10 @@ mod tests {
         let (a, b) = (endpoint("https://a.example"), endpoint("https://b.example"));
         let index = Index::new(true);
         let (k1, k2, k3) = (key(&a, "t101"), key(&a, "t102"), key(&b, "t103"));
-        index.insert(&k1, 7, 101, all);
-        index.insert(&k2, 7, 102, all);
-        index.insert(&k3, 7, 103, all);
-        index.insert(&k1, 7, 101, all);
+        index.insert(&k1, 7, 101, 0, all);
+        index.insert(&k2, 7, 102, 0, all);
+        index.insert(&k3, 7, 103, 0, all);
+        index.insert(&k1, 7, 101, 0, all);
         let at_a = |k: &CacheKey| k.is_at(&a);
         let found = keys_of(&index, &a, 7);
         assert_eq!(found.len(), 2, "each key once, only at endpoint a");
@@ -624,8 +641,8 @@ mod tests {
         let a = endpoint("https://a.example");
         let index = Index::new(true);
         let (old, new) = (key(&a, "t101"), key(&a, "t101"));
-        index.insert(&old, 7, 101, all);
-        index.insert(&new, 7, 101, all);
+        index.insert(&old, 7, 101, 0, all);
+        index.insert(&new, 7, 101, 0, all);
         assert_eq!(index.len(), 1);
         let found = keys_of(&index, &a, 7);
         assert!(found.len() == 1 && found[0].same(&new));
@@ -646,9 +663,9 @@ mod tests {
         let index = Index::new(true);
         let keys: Vec<CacheKey> = (0..4096).map(|i| key(&a, &format!("t{i}"))).collect();
         for (i, k) in keys.iter().enumerate() {
-            index.insert(k, 7, i as u64, all);
+            index.insert(k, 7, i as u64, 0, all);
         }
-        index.insert(&key(&b, "t5000"), 7, 5000, all);
+        index.insert(&key(&b, "t5000"), 7, 5000, 0, all);
         assert_eq!(index.len(), 4097);
         assert!(has_many(&index, &a, 7) && !has_many(&index, &b, 7));
         for (i, k) in keys.iter().enumerate().step_by(2) {
@@ -692,7 +709,7 @@ mod tests {
                 held.pop_front();
             }
             let now: HashSet<usize> = held.iter().map(CacheKey::id).collect();
-            index.insert(&k, user_of(i), i, |k| now.contains(&k.id()));
+            index.insert(&k, user_of(i), i, 0, |k| now.contains(&k.id()));
             every.push(k);
             assert!(
                 index.len() <= 300,
@@ -724,11 +741,11 @@ mod tests {
         let keys: Vec<CacheKey> = (0..=FEW).map(|i| key(&a, &format!("t{i}"))).collect();
         for (i, k) in keys.iter().enumerate() {
             assert!(!has_many(&index, &a, 7), "{i} keys are few");
-            index.insert(k, 7, i as u64, all);
+            index.insert(k, 7, i as u64, 0, all);
         }
         assert!(has_many(&index, &a, 7), "{} keys are many", FEW + 1);
         let again = key(&a, "t3");
-        index.insert(&again, 7, 3, all);
+        index.insert(&again, 7, 3, 0, all);
         assert_eq!(index.len(), FEW + 1, "in place of the equal key");
         let found = keys_of(&index, &a, 7);
         assert!(found.iter().any(|k| k.same(&again)) && !found.iter().any(|k| k.same(&keys[3])));
@@ -779,7 +796,7 @@ mod tests {
                 assert!(taken.len() == 1 && taken[0].same(&old), "token {fp}");
             }
             let k = key(&a, &format!("t{i}"));
-            index.insert(&k, i as i64 % 3, i, all);
+            index.insert(&k, i as i64 % 3, i, 0, all);
             held.push_back((i, k));
         }
         assert_eq!(index.len(), 10);
@@ -800,24 +817,57 @@ mod tests {
 
     #[test]
     fn the_sweep_reaches_the_last_keys_past_slots_mostly_freed() {
-        // 1,000 keys, all but the last 10 taken: the sweep's pass over the freed slots ends
-        // within the 1,000 / SWEEP_SLOTS inserts it takes to walk them, and forgets the 10
-        // the store dropped.
+        // 1,000 keys, all but the last 100 taken: the sweep's pass over the freed slots ends
+        // within the 1,000 / SWEEP_SLOTS inserts it takes to walk them, and then forgets the
+        // keys the store dropped, down to the margin the store's count allows (64 over none).
         let a = endpoint("https://a.example");
         let index = Index::new(false);
         let keys: Vec<CacheKey> = (0..1000).map(|i| key(&a, &format!("t{i}"))).collect();
         for (i, k) in keys.iter().enumerate() {
-            index.insert(k, i as i64, i as u64, all);
+            index.insert(k, i as i64, i as u64, 0, all);
         }
-        for i in 0..990 {
+        for i in 0..900 {
             assert_eq!(index.take_user(a.key_hash(), i, all).len(), 1);
         }
         let fresh = key(&a, "fresh");
         let only_fresh = |k: &CacheKey| k.same(&fresh);
-        for _ in 0..(1000 / SWEEP_SLOTS + 1) {
-            index.insert(&fresh, 5000, 5000, only_fresh);
+        for _ in 0..(1000 / SWEEP_SLOTS + 100 / SWEEP) {
+            index.insert(&fresh, 5000, 5000, 0, only_fresh);
         }
-        assert_eq!(index.len(), 1, "only the held key is left");
+        assert_within_the_margin(&index);
+        assert_eq!(keys_of(&index, &a, 5000).len(), 1, "the held key stays");
+    }
+
+    /// The index was swept down to the margin a store counting no users allows, and no further:
+    /// the last insert's sweep may have taken its [`SWEEP`] keys from one over it.
+    fn assert_within_the_margin(index: &Index) {
+        let left = index.len() as u64;
+        let margin = lag(0);
+        assert!(
+            (margin + 1 - SWEEP as u64..=margin).contains(&left),
+            "{left} keys left, the margin is {margin}"
+        );
+    }
+
+    #[test]
+    fn an_index_within_the_stores_count_and_its_lag_is_not_swept() {
+        // While the store counts as many users as the index holds keys (less its lag), an
+        // insert looks at none of them: here the store is said to hold none of the 1,000, and
+        // they all stay until its count says otherwise; then they are forgotten, down to the
+        // margin.
+        let a = endpoint("https://a.example");
+        let index = Index::new(false);
+        let none = |_: &CacheKey| false;
+        for i in 0..1000 {
+            index.insert(&key(&a, &format!("t{i}")), i, i as u64, 1000, none);
+        }
+        assert_eq!(index.len(), 1000, "nothing swept within the store's count");
+        let fresh = key(&a, "fresh");
+        for _ in 0..1000 {
+            index.insert(&fresh, 5000, 5000, 0, |k: &CacheKey| k.same(&fresh));
+        }
+        assert_within_the_margin(&index);
+        assert_eq!(keys_of(&index, &a, 5000).len(), 1, "the held key stays");
     }
 
     #[test]
@@ -828,7 +878,7 @@ mod tests {
         let a = endpoint("https://a.example");
         let index = Index::new(true);
         for i in 0..20_000_i64 {
-            index.insert(&key(&a, &format!("peak{i}")), i, i as u64, all);
+            index.insert(&key(&a, &format!("peak{i}")), i, i as u64, 0, all);
         }
         let held: std::cell::RefCell<VecDeque<CacheKey>> = Default::default();
         for i in 0..20_000_i64 {
@@ -842,7 +892,7 @@ mod tests {
             }
             let user = 1_000_000 + i;
             let fingerprint = 1_000_000 + i as u64;
-            index.insert(&k, user, fingerprint, |k| {
+            index.insert(&k, user, fingerprint, 0, |k| {
                 held.borrow().iter().any(|h| h == k)
             });
         }
@@ -870,7 +920,7 @@ mod tests {
     fn without_a_shared_tier_tokens_are_not_indexed() {
         let a = endpoint("https://a.example");
         let index = Index::new(false);
-        index.insert(&key(&a, "t101"), 7, 101, all);
+        index.insert(&key(&a, "t101"), 7, 101, 0, all);
         assert!(!index.by_token());
         assert!(index.take_token(101, all).is_empty());
         assert_eq!(keys_of(&index, &a, 7).len(), 1);

@@ -191,7 +191,8 @@ impl Local {
         self.store.insert(key.clone(), cached);
         if let Some((user, fingerprint)) = user {
             let held = |key: &CacheKey| self.store.holds_user(key as &dyn KeyView);
-            (self.index).insert(&key, user.id, fingerprint, held);
+            let users_held = self.store.users_held();
+            (self.index).insert(&key, user.id, fingerprint, users_held, held);
         }
         drop(storing);
         self.publish_entries();

@@ -221,6 +221,12 @@ impl Store {
         self.rejections.invalidate_all();
     }
 
+    /// Users held, as moka counts them: behind by the writes it has not applied yet, and
+    /// ahead by the expired entries it has not removed.
+    pub(crate) fn users_held(&self) -> u64 {
+        self.users.entry_count()
+    }
+
     /// Entries in the two caches, as moka counts them.
     pub(crate) fn entry_count(&self) -> u64 {
         self.users.entry_count() + self.rejections.entry_count()
