@@ -30,7 +30,7 @@
 //! sweep reaches it: every insert walks the slots on from where the last one stopped, looking
 //! at [`SWEEP`] keys (or [`SWEEP_SLOTS`] slots, free ones included), and forgets those the
 //! store no longer holds. Every key is looked at once in each pass. A pass takes at most as
-//! many inserts as there are slots over [`SWEEP_SLOTS`], so that slots mostly free would let
+//! many sweeping inserts as there are slots over [`SWEEP_SLOTS`], so that slots mostly free would let
 //! keys pile up behind the cursor: once fewer than a quarter of the slots hold a key, the index
 //! is compacted (the keys moved together, the tables built anew, the rest given back), which
 //! keeps the slots, and so the keys left behind, within a small multiple of what the store
@@ -38,7 +38,8 @@
 //! nothing.
 //!
 //! An insert sweeps only while the index holds more keys than the store counts users, by more
-//! than a 64th of them plus 64 (moka's count is behind by the writes it has not applied yet).
+//! than a 64th of them plus 64 (moka's count is behind by the writes it has not applied yet:
+//! 64 between its applications, more under contention, which costs sweeps, never a key).
 //! While the store holds every key indexed (below its bound, before its entries expire) a
 //! sweep would find nothing, and it would cost each miss two look-ups of cold keys in the
 //! store: a few percent of the miss. Past the margin, the sweep runs as above.
@@ -709,7 +710,9 @@ mod tests {
                 held.pop_front();
             }
             let now: HashSet<usize> = held.iter().map(CacheKey::id).collect();
-            index.insert(&k, user_of(i), i, 0, |k| now.contains(&k.id()));
+            // The store's count is what it holds: the gate is the one the resolver has.
+            let users_held = held.len() as u64;
+            index.insert(&k, user_of(i), i, users_held, |k| now.contains(&k.id()));
             every.push(k);
             assert!(
                 index.len() <= 300,
@@ -849,6 +852,33 @@ mod tests {
         );
     }
 
+    /// An index at `a` of `n` keys, one per user, which the store is said to count
+    /// `users_held` of and to hold none of.
+    fn none_held(a: &Arc<Endpoint>, n: u64, users_held: u64) -> Index {
+        let index = Index::new(false);
+        for i in 0..n {
+            let none = |_: &CacheKey| false;
+            index.insert(&key(a, &format!("t{i}")), i as i64, i, users_held, none);
+        }
+        index
+    }
+
+    #[test]
+    fn the_margin_grows_with_the_stores_count() {
+        // 1,000 users counted: a 64th of them (15) and 64 more may be indexed past the count
+        // before an insert sweeps; the next one does.
+        let a = endpoint("https://a.example");
+        let margin = 1000 + 1000 / 64 + 64;
+        let index = none_held(&a, margin, 1000);
+        assert_eq!(index.len() as u64, margin, "nothing swept up to the margin");
+        index.insert(&key(&a, "one-more"), -1, 0, 1000, |_| false);
+        assert_eq!(
+            index.len() as u64,
+            margin + 1 - SWEEP as u64,
+            "one past it sweeps"
+        );
+    }
+
     #[test]
     fn an_index_within_the_stores_count_and_its_lag_is_not_swept() {
         // While the store counts as many users as the index holds keys (less its lag), an
@@ -856,11 +886,7 @@ mod tests {
         // they all stay until its count says otherwise; then they are forgotten, down to the
         // margin.
         let a = endpoint("https://a.example");
-        let index = Index::new(false);
-        let none = |_: &CacheKey| false;
-        for i in 0..1000 {
-            index.insert(&key(&a, &format!("t{i}")), i, i as u64, 1000, none);
-        }
+        let index = none_held(&a, 1000, 1000);
         assert_eq!(index.len(), 1000, "nothing swept within the store's count");
         let fresh = key(&a, "fresh");
         for _ in 0..1000 {
@@ -878,7 +904,8 @@ mod tests {
         let a = endpoint("https://a.example");
         let index = Index::new(true);
         for i in 0..20_000_i64 {
-            index.insert(&key(&a, &format!("peak{i}")), i, i as u64, 0, all);
+            let users_held = i as u64 + 1;
+            index.insert(&key(&a, &format!("peak{i}")), i, i as u64, users_held, all);
         }
         let held: std::cell::RefCell<VecDeque<CacheKey>> = Default::default();
         for i in 0..20_000_i64 {
@@ -892,7 +919,8 @@ mod tests {
             }
             let user = 1_000_000 + i;
             let fingerprint = 1_000_000 + i as u64;
-            index.insert(&k, user, fingerprint, 0, |k| {
+            let users_held = held.borrow().len() as u64;
+            index.insert(&k, user, fingerprint, users_held, |k| {
                 held.borrow().iter().any(|h| h == k)
             });
         }

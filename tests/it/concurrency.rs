@@ -265,7 +265,8 @@ async fn cache_hits_do_not_wait_for_a_slot() {
     .await;
     let resolver = resolver_for(&server.url())
         .max_concurrent_requests(1)
-        .request_timeout(Duration::from_secs(5))
+        .request_timeout(Duration::from_secs(30))
+        .queue_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
     resolver.resolve(&server.url(), "cached").await.unwrap();

@@ -233,12 +233,11 @@ async fn a_player_the_node_game_server_cannot_check_again_after_a_resync_is_clos
     // has arrived; this is time for it to, with room for a loaded machine.
     tokio::time::sleep(Duration::from_secs(1)).await;
     // A new sidecar, and the integrator cannot answer: the player can be neither confirmed nor
-    // refused. The bound runs from the stream's end, so it is counted from before the shutdown:
-    // however long the new sidecar takes to start, the player must not be told sooner.
-    let since = std::time::Instant::now();
+    // refused.
     sidecar.shutdown().await;
     down.store(true, Ordering::SeqCst);
     let _again = sidecar_at(addr).await.unwrap();
+    let since = std::time::Instant::now();
     let told = grace.read(Duration::from_secs(15)).await;
     assert_eq!(
         told,
