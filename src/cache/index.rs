@@ -30,12 +30,12 @@
 //! sweep reaches it: every insert walks the slots on from where the last one stopped, looking
 //! at [`SWEEP`] keys (or [`SWEEP_SLOTS`] slots, free ones included), and forgets those the
 //! store no longer holds. Every key is looked at once in each pass. A pass takes at most as
-//! many sweeping inserts as there are slots over [`SWEEP_SLOTS`], so that slots mostly free would let
-//! keys pile up behind the cursor: once fewer than a quarter of the slots hold a key, the index
-//! is compacted (the keys moved together, the tables built anew, the rest given back), which
-//! keeps the slots, and so the keys left behind, within a small multiple of what the store
-//! holds. A key left behind costs memory and nothing else: a revocation that finds one drops
-//! nothing.
+//! many sweeping inserts as there are slots over [`SWEEP_SLOTS`], so that slots mostly free
+//! would let keys pile up behind the cursor: once fewer than a quarter of the slots hold a key,
+//! the index is compacted (the keys moved together, the tables built anew, the rest given
+//! back), which keeps the slots, and so the keys left behind, within a small multiple of what
+//! the store holds. A key left behind costs memory and nothing else: a revocation that finds
+//! one drops nothing.
 //!
 //! An insert sweeps only while the index holds more keys than the store counts users, by more
 //! than a 64th of them plus 64 (moka's count is behind by the writes it has not applied yet:

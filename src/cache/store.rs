@@ -229,7 +229,7 @@ impl Store {
 
     /// Entries in the two caches, as moka counts them.
     pub(crate) fn entry_count(&self) -> u64 {
-        self.users.entry_count() + self.rejections.entry_count()
+        self.users_held() + self.rejections.entry_count()
     }
 
     /// Applies moka's pending work, so that [`entry_count`](Self::entry_count) is current.
