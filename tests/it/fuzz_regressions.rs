@@ -11,6 +11,40 @@ fn answer_regressions_keep_their_properties() {
 }
 
 #[test]
+fn joined_cache_control_directives_keep_their_properties() {
+    // Pins down the Cache-Control parse's byte split against the property's reference (which
+    // splits and trims as `str` does) on every join of three directives, whitespace outside
+    // ASCII included: the `answer` target's crash-cache-control-vertical-tab, generalised.
+    let parts = [
+        "max-age=5",
+        " max-age = 7 ",
+        "\tMAX-AGE=\"3\"",
+        "max-age=",
+        "max-age=-1",
+        "max-age=99999999999999999999999",
+        "no-store",
+        " No-Cache\t",
+        "private",
+        "=",
+        "",
+        " ",
+        "x=\"y\"",
+        // Whitespace to `str::trim` that ASCII's trim would keep; the first found by the
+        // `answer` fuzz target.
+        "no-store\t\u{b}\t",
+        "\u{a0}max-age=4\u{3000}",
+        "max-age=\u{85}\"2\"",
+    ];
+    for a in parts {
+        for b in parts {
+            for c in parts {
+                properties::check_cache_control(Some(&format!("{a},{b},{c}")));
+            }
+        }
+    }
+}
+
+#[test]
 fn token_regressions_keep_their_properties() {
     // Pins down the b64token rule against its reference on every committed input.
     replay("token", properties::fuzz_token);
