@@ -188,9 +188,15 @@ impl Keys {
     }
 }
 
-/// A user's hash and the user's keys' positions, more than [`FEW`] of them, hashed by the
-/// key's own hash. Boxed: a user of the other table costs this one nothing.
-type ManyEntry = (u64, Box<HashTable<Pos>>);
+/// A user's hash and the user's keys, more than [`FEW`] of them, by the key's own hash. Boxed:
+/// a user of the other table costs this one nothing.
+type ManyEntry = (u64, Box<ManyKeys>);
+
+/// One user's many keys: each key's hash (32 bits of it, see [`spread`]) beside its position,
+/// so that growing the table, or adding a key no other equals, reads no key: a user's keys are
+/// cold in memory, and a table of thousands rehashed from the keys themselves cost the insert
+/// that grew it a cache miss per key.
+type ManyKeys = HashTable<(u32, Pos)>;
 
 /// The keys of every user: each user is in `by_user` or in `many`, never in both.
 #[derive(Default)]
@@ -314,7 +320,7 @@ impl Index {
         }
         if let Ok(mut entry) = users.many.find_entry(hash, |(h, _)| *h == hash) {
             let user_keys = &mut entry.get_mut().1;
-            user_keys.retain(|&mut p| {
+            user_keys.retain(|&mut (_, p)| {
                 let take = picks(p);
                 if take {
                     taken.push(p);
@@ -324,7 +330,7 @@ impl Index {
             if user_keys.is_empty() {
                 entry.remove();
             } else {
-                shrink(user_keys, keys, &self.hasher);
+                shrink(user_keys);
             }
         }
         let mut found = Vec::with_capacity(taken.len());
@@ -385,7 +391,7 @@ impl Index {
         let tables = self.lock();
         let (keys, users) = (&tables.keys, &tables.users);
         let many = (users.many.iter())
-            .map(|(_, user_keys)| size_of::<HashTable<Pos>>() + user_keys.allocation_size())
+            .map(|(_, user_keys)| size_of::<ManyKeys>() + user_keys.allocation_size())
             .sum::<usize>();
         keys.slots.capacity() * size_of::<Slot>()
             + keys
@@ -481,9 +487,20 @@ impl Tables {
     }
 }
 
-/// A key's hash in a table of [`ManyEntry`].
-fn key_hash(hasher: &KeyHasher, keys: &Keys, pos: Pos) -> u64 {
-    keys.get(pos).map_or(0, |(key, _)| hasher.hash_one(key))
+/// The hash a key is kept under in a user's [`ManyKeys`]: 32 bits of its own.
+fn short_hash(hasher: &KeyHasher, key: &CacheKey) -> u32 {
+    (hasher.hash_one(key) >> 32) as u32
+}
+
+/// The table hash of a key hashed `short` in a [`ManyKeys`]: its 32 bits in both halves, so
+/// that the bucket (the low bits) and the tag (the top seven) both come from them.
+fn spread(short: u32) -> u64 {
+    u64::from(short) << 32 | u64::from(short)
+}
+
+/// The [`short_hash`] of the key at `pos`.
+fn key_hash(hasher: &KeyHasher, keys: &Keys, pos: Pos) -> u32 {
+    keys.get(pos).map_or(0, |(key, _)| short_hash(hasher, key))
 }
 
 impl Users {
@@ -493,17 +510,20 @@ impl Users {
             return Some(pos);
         }
         let (_, user_keys) = self.many.find(user, |(h, _)| *h == user)?;
-        let found = user_keys.find(hasher.hash_one(key), |&p| keys.is(p, user, key));
-        found.copied()
+        let short = short_hash(hasher, key);
+        let found = user_keys.find(spread(short), |&(h, p)| h == short && keys.is(p, user, key));
+        found.map(|&(_, pos)| pos)
     }
 
     /// Adds the key at `pos` to its user. A user whose entries would pass [`FEW`] moves to
     /// `many`.
     fn add(&mut self, keys: &Keys, hasher: &KeyHasher, pos: Pos) {
         let user = keys.user(pos);
-        let hash_of = |&p: &Pos| key_hash(hasher, keys, p);
+        let entry = |p: Pos| (key_hash(hasher, keys, p), p);
+        let rehash = |&(h, _): &(u32, Pos)| spread(h);
         if let Some((_, user_keys)) = self.many.find_mut(user, |(h, _)| *h == user) {
-            user_keys.insert_unique(hash_of(&pos), pos, hash_of);
+            let (h, p) = entry(pos);
+            user_keys.insert_unique(spread(h), (h, p), rehash);
             return;
         }
         let held = self
@@ -514,11 +534,12 @@ impl Users {
             (self.by_user).insert_unique(user, pos, |&p| keys.user(p));
             return;
         }
-        let mut user_keys = HashTable::with_capacity(4 * FEW);
-        user_keys.insert_unique(hash_of(&pos), pos, hash_of);
-        while let Ok(entry) = self.by_user.find_entry(user, |&p| keys.user(p) == user) {
-            let p = entry.remove().0;
-            user_keys.insert_unique(hash_of(&p), p, hash_of);
+        let mut user_keys = ManyKeys::with_capacity(4 * FEW);
+        let (h, p) = entry(pos);
+        user_keys.insert_unique(spread(h), (h, p), rehash);
+        while let Ok(found) = self.by_user.find_entry(user, |&p| keys.user(p) == user) {
+            let (h, p) = entry(found.remove().0);
+            user_keys.insert_unique(spread(h), (h, p), rehash);
         }
         (self.many).insert_unique(user, (user, Box::new(user_keys)), |(h, _)| *h);
     }
@@ -534,22 +555,23 @@ impl Users {
             return;
         };
         let user_keys = &mut entry.get_mut().1;
-        if let Ok(found) = user_keys.find_entry(key_hash(hasher, keys, pos), |&p| p == pos) {
+        let short = key_hash(hasher, keys, pos);
+        if let Ok(found) = user_keys.find_entry(spread(short), |&(_, p)| p == pos) {
             found.remove();
         }
         if user_keys.is_empty() {
             entry.remove();
         } else {
-            shrink(user_keys, keys, hasher);
+            shrink(user_keys);
         }
     }
 }
 
 /// Gives back most of a user's table once it holds a quarter of its room: a user who held
 /// thousands of tokens once does not keep their room for ever.
-fn shrink(user_keys: &mut HashTable<Pos>, keys: &Keys, hasher: &KeyHasher) {
+fn shrink(user_keys: &mut ManyKeys) {
     if user_keys.len() * 4 < user_keys.capacity() {
-        user_keys.shrink_to(user_keys.len() * 2, |&p| key_hash(hasher, keys, p));
+        user_keys.shrink_to(user_keys.len() * 2, |&(h, _)| spread(h));
     }
 }
 
@@ -597,7 +619,7 @@ mod tests {
         }
         let found = users.many.find(hash, |(h, _)| *h == hash);
         found.map_or_else(Vec::new, |(_, user_keys)| {
-            user_keys.iter().filter_map(key).collect()
+            user_keys.iter().filter_map(|(_, p)| key(p)).collect()
         })
     }
 
@@ -757,6 +779,35 @@ mod tests {
         assert_eq!(index.len(), FEW - 1);
         assert_eq!(index.take_user(a.key_hash(), 7, all).len(), FEW - 1);
         assert!(!has_many(&index, &a, 7), "the user went with its last key");
+    }
+
+    #[test]
+    fn a_user_of_thousands_of_keys_finds_each_again_after_its_table_grew() {
+        // The user's table grows from 128 to 8,192 places on the way, each time rehashed from
+        // the hashes it keeps: an equal key cached anew must still find its place, whenever it
+        // was added.
+        let a = endpoint("https://a.example");
+        let index = Index::new(false);
+        let keys: Vec<CacheKey> = (0..5_000).map(|i| key(&a, &format!("t{i}"))).collect();
+        for (i, k) in keys.iter().enumerate() {
+            index.insert(k, 7, i as u64, 0, all);
+        }
+        let again: Vec<CacheKey> = (0..5_000)
+            .step_by(97)
+            .map(|i| key(&a, &format!("t{i}")))
+            .collect();
+        for k in &again {
+            index.insert(k, 7, 0, 0, all);
+        }
+        assert_eq!(index.len(), 5_000, "each in place of its equal key");
+        let found = keys_of(&index, &a, 7);
+        for (k, old) in again.iter().zip(keys.iter().step_by(97)) {
+            assert!(found.iter().any(|f| f.same(k)), "the new key is indexed");
+            assert!(!found.iter().any(|f| f.same(old)), "the old one is not");
+        }
+        let taken = index.take_user(a.key_hash(), 7, |k| k.same(&keys[1]));
+        assert!(taken.len() == 1 && taken[0].same(&keys[1]));
+        assert_eq!(index.len(), 4_999);
     }
 
     #[test]
