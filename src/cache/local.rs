@@ -161,15 +161,12 @@ impl Local {
         self.log.revoked_since(since, names(endpoint, token, user))
     }
 
-    /// Caches `cached` unless it must not live (no freshness) or something it names was revoked
-    /// since `since`; says whether it did.
-    pub(super) fn store(
-        &self,
-        endpoint: &Arc<Endpoint>,
-        token: &str,
-        cached: &Cached,
-        since: Mark,
-    ) -> bool {
+    /// Caches `cached` under `key`, the key of `token` (the key value itself is what the store
+    /// and the index hold), unless it must not live (no freshness) or something it names was
+    /// revoked since `since`; says whether it did.
+    pub(super) fn store(&self, key: &CacheKey, token: &str, cached: &Cached, since: Mark) -> bool {
+        debug_assert_eq!(key.token(), token.as_bytes(), "the key is the token's");
+        let endpoint = key.endpoint();
         if cached.fresh_until().has_passed() {
             return false;
         }
@@ -187,12 +184,11 @@ impl Local {
         if user.is_some_and(|(user, fp)| self.revoked_for(since, endpoint, fp, user)) {
             return false;
         }
-        let key = CacheKey::new(endpoint.clone(), token);
         self.store.insert(key.clone(), cached);
         if let Some((user, fingerprint)) = user {
             let held = |key: &CacheKey| self.store.holds_user(key as &dyn KeyView);
             let users_held = self.store.users_held();
-            (self.index).insert(&key, user.id, fingerprint, users_held, held);
+            (self.index).insert(key, user.id, fingerprint, users_held, held);
         }
         drop(storing);
         self.publish_entries();

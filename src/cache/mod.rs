@@ -226,24 +226,19 @@ impl Tiers {
             return None;
         }
         let cached = complete(got);
-        self.local.store(endpoint, token, &cached, since);
+        let key = CacheKey::new(Arc::clone(endpoint), token);
+        self.local.store(&key, token, &cached, since);
         Some(cached)
     }
 
-    /// Stores a fresh answer in every tier, unless it has no freshness or something it names
-    /// was revoked since `since`.
-    pub(crate) fn store(
-        &self,
-        endpoint: &Arc<Endpoint>,
-        token: &str,
-        cached: &Cached,
-        since: Mark,
-    ) {
-        if !self.local.store(endpoint, token, cached, since) {
+    /// Stores a fresh answer for `token` in every tier, under `key` (its key) locally, unless it
+    /// has no freshness or something it names was revoked since `since`.
+    pub(crate) fn store(&self, key: &CacheKey, token: &str, cached: &Cached, since: Mark) {
+        if !self.local.store(key, token, cached, since) {
             return;
         }
         if let Some(shared) = &self.shared {
-            shared.put(endpoint.as_str(), token, cached);
+            shared.put(key.endpoint().as_str(), token, cached);
         }
     }
 

@@ -505,7 +505,7 @@ mod real_local_tier {
 
     use super::super::entry::{Cached, Lookup};
     use super::super::index::Index;
-    use super::super::key::KeyRef;
+    use super::super::key::{CacheKey, KeyRef};
     use super::super::local::{Local, Target};
     use super::super::store::Store;
     use super::{Protocol, Tier, USER};
@@ -575,7 +575,12 @@ mod real_local_tier {
                 if at == 1 {
                     revoke();
                 }
-                let stored = real.store(&endpoint, "t", &answer(), real_since);
+                let stored = real.store(
+                    &CacheKey::new(endpoint.clone(), "t"),
+                    "t",
+                    &answer(),
+                    real_since,
+                );
                 let model_stored = model.store(super::TOKEN, (USER, false), model_since);
                 if at == 2 {
                     revoke();

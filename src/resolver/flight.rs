@@ -36,21 +36,27 @@ impl<T: Clone> Flights<T> {
     }
 
     /// Runs `call` once for every concurrent caller of `key` and gives each its result, plus
-    /// `true` to the caller whose `call` ran (`false` to those who waited on it).
+    /// `true` to the caller whose `call` ran (`false` to those who waited on it). `call` gets
+    /// the key the map holds (`owned_key`'s, made by the first caller), so that what it stores
+    /// can be that key value rather than a copy made anew.
     pub(crate) async fn run<Fut>(
         &self,
         key: &KeyRef<'_>,
         owned_key: impl FnOnce() -> CacheKey,
-        call: impl FnOnce() -> Fut,
+        call: impl FnOnce(CacheKey) -> Fut,
     ) -> (T, bool)
     where
         Fut: Future<Output = T>,
     {
-        let (flight, joined) = {
+        let (owned, flight, joined) = {
             let mut map = self.lock();
-            match map.get(key as &dyn KeyView) {
-                Some(flight) => (flight.clone(), true),
-                None => (map.entry(owned_key()).or_default().clone(), false),
+            match map.get_key_value(key as &dyn KeyView) {
+                Some((owned, flight)) => (owned.clone(), flight.clone(), true),
+                None => {
+                    let owned = owned_key();
+                    let flight = map.entry(owned.clone()).or_default().clone();
+                    (owned, flight, false)
+                }
             }
         };
         let _waiting = joined.then(Waiting::start);
@@ -64,7 +70,7 @@ impl<T: Clone> Flights<T> {
             .flight
             .get_or_init(|| {
                 ran = true;
-                call()
+                call(owned)
             })
             .await
             .clone();
@@ -180,7 +186,7 @@ mod tests {
                         .run(
                             &key,
                             || owned("t"),
-                            || async {
+                            |_| async {
                                 calls.fetch_add(1, Ordering::SeqCst);
                                 let _ = release.acquire().await;
                                 7
@@ -215,7 +221,7 @@ mod tests {
                 endpoint: &endpoint(),
                 token: "t",
             };
-            f.run(&key, || owned("t"), std::future::pending::<u32>)
+            f.run(&key, || owned("t"), |_| std::future::pending::<u32>())
                 .await
         });
         support::eventually("the leader seated", || seated(&flights, "t") == 1).await;
@@ -225,7 +231,7 @@ mod tests {
                 endpoint: &endpoint(),
                 token: "t",
             };
-            f.run(&key, || owned("t"), || async { 9 }).await
+            f.run(&key, || owned("t"), |_| async { 9 }).await
         });
         support::eventually("the waiter seated", || seated(&flights, "t") == 2).await;
         leader.abort();
@@ -240,7 +246,7 @@ mod tests {
             endpoint: &endpoint(),
             token: "t",
         };
-        let run = flights.run(&key, || owned("t"), std::future::pending::<u32>);
+        let run = flights.run(&key, || owned("t"), |_| std::future::pending::<u32>());
         assert!(tokio::time::timeout(Duration::from_millis(10), run)
             .await
             .is_err());

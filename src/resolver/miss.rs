@@ -30,7 +30,9 @@ impl Resolver {
         // A revocation that lands while the call is under way wins: the answer is cached
         // nowhere and handed to no one, and the resolution starts over with a call that began
         // after it. Twice in a row and the token is refused.
-        let mut result = Err(ResolveError::revoked(endpoint.shared_host()));
+        // `None` once both calls' answers were revoked; the error is made only then, since it
+        // takes a reference to the endpoint's host that every miss would bounce between cores.
+        let mut result = None;
         let mut ran = false;
         let mut from_shared = false;
         // Where the revocations stood when the first call began: a stale answer is checked
@@ -42,7 +44,7 @@ impl Resolver {
                 .run(
                     key,
                     || CacheKey::new(Arc::clone(endpoint), key.token),
-                    || self.fetch(endpoint, key),
+                    |owned| self.fetch(endpoint, key, owned),
                 )
                 .await;
             ran |= led;
@@ -55,7 +57,7 @@ impl Resolver {
                     continue
                 }
                 answer => {
-                    result = answer;
+                    result = Some(answer);
                     break;
                 }
             }
@@ -71,6 +73,7 @@ impl Resolver {
             inner.counters.bump(Counter::Coalesced);
             CacheOutcome::Coalesced
         };
+        let result = result.unwrap_or_else(|| Err(ResolveError::revoked(endpoint.shared_host())));
         match result {
             Ok(Verdict::User(user)) => {
                 #[cfg(feature = "chaos-holes")]
@@ -149,10 +152,15 @@ impl Resolver {
 
     /// The upstream call for one key, run once per flight, and where the revocations stood
     /// when it began: another flight's answer if one just landed, else the shared tier's, else
-    /// the API's; whatever the API answers is stored.
-    async fn fetch(&self, endpoint: &Arc<Endpoint>, key: &KeyRef<'_>) -> (Fetched, Mark, Tier) {
+    /// the API's; whatever the API answers is stored, under `owned`, the flight's own key.
+    async fn fetch(
+        &self,
+        endpoint: &Arc<Endpoint>,
+        key: &KeyRef<'_>,
+        owned: CacheKey,
+    ) -> (Fetched, Mark, Tier) {
         let since = self.inner.cache.mark();
-        let (fetched, tier) = self.fetch_since(endpoint, key, since).await;
+        let (fetched, tier) = self.fetch_since(endpoint, key, owned, since).await;
         (fetched, since, tier)
     }
 
@@ -161,6 +169,7 @@ impl Resolver {
         &self,
         endpoint: &Arc<Endpoint>,
         key: &KeyRef<'_>,
+        owned: CacheKey,
         since: Mark,
     ) -> (Fetched, Tier) {
         let inner = &*self.inner;
@@ -192,7 +201,7 @@ impl Resolver {
             }
             Reply::Rejected { status } => Cached::rejected(status, inner.negative_cache_ttl),
         };
-        inner.cache.store(endpoint, key.token, &cached, since);
+        inner.cache.store(&owned, key.token, &cached, since);
         (Ok(cached.verdict()), Tier::Api)
     }
 }
