@@ -12,8 +12,8 @@
 //! slot positions (four bytes each):
 //! - `by_user`, by the user's hash, one entry per key, so that adding or dropping a key costs a
 //!   look-up among that user's few entries. Past [`FEW`] keys a user's keys get a table of
-//!   their own in `many`, by the key's own hash, so that no user's count of tokens makes an
-//!   insert under the index's lock cost more.
+//!   their own in `many`, by the key's own hash (kept beside each position, eight bytes a key),
+//!   so that no user's count of tokens makes an insert under the index's lock cost more.
 //! - `by_token`, with a shared tier only, by fingerprint; the fingerprints are then kept in a
 //!   column beside the slots, so that nothing computes one (an HMAC) under the lock.
 //!
