@@ -37,8 +37,9 @@ impl<T: Clone> Flights<T> {
 
     /// Runs `call` once for every concurrent caller of `key` and gives each its result, plus
     /// `true` to the caller whose `call` ran (`false` to those who waited on it). `call` gets
-    /// the key the map holds (`owned_key`'s, made by the first caller), so that what it stores
-    /// can be that key value rather than a copy made anew.
+    /// the key the first caller made for the map (`owned_key`'s), so that what it stores can be
+    /// that key value rather than a copy made anew; a caller that takes over the call from one
+    /// that went away makes its own.
     pub(crate) async fn run<Fut>(
         &self,
         key: &KeyRef<'_>,
@@ -48,14 +49,17 @@ impl<T: Clone> Flights<T> {
     where
         Fut: Future<Output = T>,
     {
+        // The first caller's key, or (for a caller that joined) how to make one: a joined
+        // caller runs `call` only if every caller before it went away, and until then it does
+        // not touch the key, which a thousand callers of one token would all share.
         let (owned, flight, joined) = {
             let mut map = self.lock();
-            match map.get_key_value(key as &dyn KeyView) {
-                Some((owned, flight)) => (owned.clone(), flight.clone(), true),
+            match map.get(key as &dyn KeyView) {
+                Some(flight) => (Err(owned_key), flight.clone(), true),
                 None => {
                     let owned = owned_key();
                     let flight = map.entry(owned.clone()).or_default().clone();
-                    (owned, flight, false)
+                    (Ok(owned), flight, false)
                 }
             }
         };
@@ -70,7 +74,7 @@ impl<T: Clone> Flights<T> {
             .flight
             .get_or_init(|| {
                 ran = true;
-                call(owned)
+                call(owned.unwrap_or_else(|make| make()))
             })
             .await
             .clone();
@@ -182,14 +186,24 @@ mod tests {
                         endpoint: &endpoint(),
                         token: "t",
                     };
+                    let (map, calls, release) = (&*flights, &calls, &release);
                     flights
                         .run(
                             &key,
                             || owned("t"),
-                            |_| async {
+                            |owned| async move {
                                 calls.fetch_add(1, Ordering::SeqCst);
+                                // The call has the very key the map holds, to store under it.
+                                let held = map
+                                    .lock()
+                                    .get_key_value(&owned as &dyn KeyView)
+                                    .is_some_and(|(in_map, _)| in_map.same(&owned));
                                 let _ = release.acquire().await;
-                                7
+                                if held {
+                                    7
+                                } else {
+                                    0
+                                }
                             },
                         )
                         .await
@@ -231,7 +245,19 @@ mod tests {
                 endpoint: &endpoint(),
                 token: "t",
             };
-            f.run(&key, || owned("t"), |_| async { 9 }).await
+            // The waiter that takes the call over makes a key of its own, of its token.
+            f.run(
+                &key,
+                || owned("t"),
+                |k| async move {
+                    if k.token() == b"t" {
+                        9
+                    } else {
+                        0
+                    }
+                },
+            )
+            .await
         });
         support::eventually("the waiter seated", || seated(&flights, "t") == 2).await;
         leader.abort();
