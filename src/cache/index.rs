@@ -519,11 +519,13 @@ impl Users {
     /// `many`.
     fn add(&mut self, keys: &Keys, hasher: &KeyHasher, pos: Pos) {
         let user = keys.user(pos);
-        let entry = |p: Pos| (key_hash(hasher, keys, p), p);
-        let rehash = |&(h, _): &(u32, Pos)| spread(h);
+        // A key goes into a table of many under the hash it is then kept with.
+        let put = |user_keys: &mut ManyKeys, p: Pos| {
+            let short = key_hash(hasher, keys, p);
+            user_keys.insert_unique(spread(short), (short, p), |&(h, _)| spread(h));
+        };
         if let Some((_, user_keys)) = self.many.find_mut(user, |(h, _)| *h == user) {
-            let (h, p) = entry(pos);
-            user_keys.insert_unique(spread(h), (h, p), rehash);
+            put(user_keys, pos);
             return;
         }
         let held = self
@@ -535,11 +537,9 @@ impl Users {
             return;
         }
         let mut user_keys = ManyKeys::with_capacity(4 * FEW);
-        let (h, p) = entry(pos);
-        user_keys.insert_unique(spread(h), (h, p), rehash);
+        put(&mut user_keys, pos);
         while let Ok(found) = self.by_user.find_entry(user, |&p| keys.user(p) == user) {
-            let (h, p) = entry(found.remove().0);
-            user_keys.insert_unique(spread(h), (h, p), rehash);
+            put(&mut user_keys, found.remove().0);
         }
         (self.many).insert_unique(user, (user, Box::new(user_keys)), |(h, _)| *h);
     }
