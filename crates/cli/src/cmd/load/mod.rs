@@ -9,8 +9,10 @@
 //! fresh cache, and the table shows each one's median round: a row of 200,000 resolutions lasts
 //! a fifth of a second, and one run of it moves by 15% on a shared machine. Their ratio is the
 //! median of the per-round ratios. For each row: resolutions/s, p50 and p99 latency of one resolution, the
-//! upstream calls made, and the process's peak RSS during the row (`VmHWM`, reset before each
-//! row). The rows:
+//! upstream calls made, the process's peak RSS during the row (`VmHWM`, reset before each
+//! row), and the process's CPU time per resolution (every thread, the in-process upstream's
+//! included), whose per-round ratio for the two cached rows is printed too: what a resolution
+//! costs, which the machine's other tenants move less than the rate. The rows:
 //!
 //! - `token-resolver`: `Resolver::resolve`.
 //! - `reqwest + moka (hand-written)`: a moka cache keyed by the token `String`, a reqwest POST
@@ -182,9 +184,16 @@ async fn run_inner(args: LoadArgs) -> Result<(), String> {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
     println!();
-    println!("| row | resolutions/s | p50 | p99 | upstream calls | errors | peak RSS |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
-    let (ours, theirs, ratios) = cached_rounds(&args, &base, &endpoint, &plan).await?;
+    println!(
+        "| row | resolutions/s | p50 | p99 | upstream calls | errors | peak RSS | CPU per resolution |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let Rounds {
+        ours,
+        theirs,
+        ratios,
+        cpu_ratios,
+    } = cached_rounds(&args, &base, &endpoint, &plan).await?;
     let mut throughput = Vec::new();
     for rows in [ours, theirs] {
         let row = median_row(rows);
@@ -196,7 +205,7 @@ async fn run_inner(args: LoadArgs) -> Result<(), String> {
         println!("{}", row.line());
         throughput.push((row.label, row.per_second));
     }
-    print_ratios(&ratios, &throughput);
+    print_ratios(&ratios, &cpu_ratios, &throughput);
 
     if args.fill > 0 {
         fill::fill(args.fill, args.concurrency).await?;
@@ -241,8 +250,9 @@ async fn plan(args: &LoadArgs, base: &str) -> Result<Plan, String> {
 }
 
 /// The ratio lines under the table: the resolver to the hand-written cache (the per-round
-/// ratios, sorted), and its median round to each uncached row.
-fn print_ratios(ratios: &[f64], throughput: &[(&str, f64)]) {
+/// ratios, sorted: of throughput, then of CPU per resolution), and its median round to each
+/// uncached row.
+fn print_ratios(ratios: &[f64], cpu_ratios: &[f64], throughput: &[(&str, f64)]) {
     let rounds = ratios.len();
     let median = ratios[rounds / 2];
     println!();
@@ -253,6 +263,13 @@ fn print_ratios(ratios: &[f64], throughput: &[(&str, f64)]) {
         ratios[rounds - 1],
         if median >= 1.0 { "met" } else { "MISSED" }
     );
+    if let (Some(low), Some(high)) = (cpu_ratios.first(), cpu_ratios.last()) {
+        println!(
+            "CPU per resolution, token-resolver / reqwest + moka (hand-written), same rounds: \
+             median {:.2}x ({low:.2}x-{high:.2}x); lower is cheaper",
+            cpu_ratios[cpu_ratios.len() / 2]
+        );
+    }
     if let [(_, ours), _, rest @ ..] = throughput {
         let ratios: Vec<String> = rest
             .iter()
@@ -265,14 +282,13 @@ fn print_ratios(ratios: &[f64], throughput: &[(&str, f64)]) {
     }
 }
 
-/// The resolver's and the hand-written cache's rows over `--rounds` rounds, and the sorted
-/// per-round ratios of their throughput.
+/// The resolver's and the hand-written cache's rows over `--rounds` rounds.
 async fn cached_rounds(
     args: &LoadArgs,
     base: &str,
     endpoint: &Endpoint,
     plan: &Arc<Plan>,
-) -> Result<(Vec<rows::Row>, Vec<rows::Row>, Vec<f64>), String> {
+) -> Result<Rounds, String> {
     let rounds = args.rounds.max(1);
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for round in 0..rounds {
@@ -296,7 +312,29 @@ async fn cached_rounds(
         .map(|r| ours[r].per_second / theirs[r].per_second)
         .collect();
     ratios.sort_by(f64::total_cmp);
-    Ok((ours, theirs, ratios))
+    let mut cpu_ratios: Vec<f64> = (0..rounds)
+        .filter_map(|r| {
+            let (ours, theirs) = (ours[r].cpu_per_resolution?, theirs[r].cpu_per_resolution?);
+            (!theirs.is_zero()).then(|| ours.as_secs_f64() / theirs.as_secs_f64())
+        })
+        .collect();
+    cpu_ratios.sort_by(f64::total_cmp);
+    Ok(Rounds {
+        ours,
+        theirs,
+        ratios,
+        cpu_ratios,
+    })
+}
+
+/// The cached rows' rounds: each row's, and the sorted per-round ratios of the resolver's
+/// throughput and of its CPU per resolution to the hand-written cache's.
+struct Rounds {
+    ours: Vec<rows::Row>,
+    theirs: Vec<rows::Row>,
+    ratios: Vec<f64>,
+    /// Empty where the process's CPU time cannot be read.
+    cpu_ratios: Vec<f64>,
 }
 
 /// The cached rows, each with a fresh cache: the resolver and the hand-written cache.

@@ -102,12 +102,15 @@ pub(super) struct Row {
     upstream_calls: u64,
     errors: u64,
     peak_rss_kib: Option<u64>,
+    /// The whole process's CPU time over the timed part, per resolution: both cores, the
+    /// in-process upstream's thread included.
+    pub(super) cpu_per_resolution: Option<Duration>,
 }
 
 impl Row {
     pub(super) fn line(&self) -> String {
         format!(
-            "| {} | {:.0} | {} | {} | {} | {} | {} |",
+            "| {} | {:.0} | {} | {} | {} | {} | {} | {} |",
             self.label,
             self.per_second,
             micros(self.p50),
@@ -118,6 +121,11 @@ impl Row {
                 "{:.1} MiB",
                 k as f64 / 1024.0
             )),
+            self.cpu_per_resolution
+                .map_or("n/a".to_owned(), |cpu| format!(
+                    "{:.2} µs",
+                    cpu.as_secs_f64() * 1e6
+                )),
         )
     }
 }
@@ -137,6 +145,7 @@ pub(super) async fn run_row(subject: Arc<Subject>, plan: &Arc<Plan>, concurrency
     let cursor = Arc::new(AtomicUsize::new(0));
     let next_new = Arc::new(AtomicUsize::new(0));
     let progress = Progress::start(label, total as u64, cursor.clone());
+    let cpu_before = process_cpu();
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..concurrency {
@@ -183,6 +192,9 @@ pub(super) async fn run_row(subject: Arc<Subject>, plan: &Arc<Plan>, concurrency
         }
     }
     let elapsed = start.elapsed();
+    let cpu = process_cpu()
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before).div_f64(total.max(1) as f64));
     progress.finish();
     latencies.sort_unstable();
     let at = |q: f64| {
@@ -199,5 +211,15 @@ pub(super) async fn run_row(subject: Arc<Subject>, plan: &Arc<Plan>, concurrency
         upstream_calls: calls + subject.upstream_calls() - calls_before,
         errors,
         peak_rss_kib: proc_status_kib("VmHWM:"),
+        cpu_per_resolution: cpu,
     }
+}
+
+/// The CPU time this process has used, on every thread: what a row costs, which the machine's
+/// other tenants move less than its throughput.
+fn process_cpu() -> Option<Duration> {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_PROCESS_CPUTIME_ID)
+        .ok()
+        .map(Duration::from)
 }
