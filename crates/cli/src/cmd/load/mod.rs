@@ -308,23 +308,33 @@ async fn cached_rounds(
             }
         }
     }
-    let mut ratios: Vec<f64> = (0..rounds)
-        .map(|r| ours[r].per_second / theirs[r].per_second)
-        .collect();
-    ratios.sort_by(f64::total_cmp);
-    let mut cpu_ratios: Vec<f64> = (0..rounds)
-        .filter_map(|r| {
-            let (ours, theirs) = (ours[r].cpu_per_resolution?, theirs[r].cpu_per_resolution?);
-            (!theirs.is_zero()).then(|| ours.as_secs_f64() / theirs.as_secs_f64())
-        })
-        .collect();
-    cpu_ratios.sort_by(f64::total_cmp);
+    let ratios = sorted_per_round(&ours, &theirs, |row| Some(row.per_second));
+    let cpu_ratios = sorted_per_round(&ours, &theirs, |row| {
+        Some(row.cpu_per_resolution?.as_secs_f64())
+    });
     Ok(Rounds {
         ours,
         theirs,
         ratios,
         cpu_ratios,
     })
+}
+
+/// `value` of the resolver's row over the hand-written cache's, round by round, sorted; rounds
+/// where either has none, or the hand-written cache's is zero, are left out.
+fn sorted_per_round(
+    ours: &[rows::Row],
+    theirs: &[rows::Row],
+    value: impl Fn(&rows::Row) -> Option<f64>,
+) -> Vec<f64> {
+    let mut ratios: Vec<f64> = (ours.iter().zip(theirs))
+        .filter_map(|(ours, theirs)| {
+            let (ours, theirs) = (value(ours)?, value(theirs)?);
+            (theirs > 0.0).then(|| ours / theirs)
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios
 }
 
 /// The cached rows' rounds: each row's, and the sorted per-round ratios of the resolver's
